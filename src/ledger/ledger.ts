@@ -1,0 +1,231 @@
+// The ledger: the exchange gate, the parse gate, the byte budget and the per-thread rows,
+// over one SharedArrayBuffer. The primary creates it (`createLedger`) and keeps row 0; each
+// HTTP worker attaches with its own row (`attachLedger`). No I/O here.
+//
+// ## Rows
+//
+// Row r belongs to one thread at a time. Its Int32 block holds R_STATE (UNUSED / ALIVE /
+// DEAD), R_GENERATION (bumped at each assignment, so a restarted worker never inherits a
+// previous life's holdings), R_THREAD_ID and, per gate, the permits claimed; its BigInt64
+// block holds reserved bytes and the heap figures the worker reports.
+//
+// Only the owning thread writes its holdings. The primary writes R_STATE and
+// R_GENERATION while the row is not in use (before starting a worker, and in `reclaimRow`
+// after the worker's `exit` was observed).
+//
+// ## Reclaim: exactly once
+//
+// `reclaimRow(r)` runs in the primary's worker `exit` handler. Under the lock (stolen from
+// the dead thread if it died holding it) it zeroes the row's holdings with Atomics.exchange,
+// frees its waiter slots, rebuilds derived counters, hands freed permits to waiters, and
+// marks the row DEAD. A second call finds zeros and DEAD and does nothing.
+
+import { ByteBudget, reclaimBytesLocked, type BudgetSnapshot } from './budget.ts'
+import { LedgerCore } from './core.ts'
+import { Gate, initGate, reclaimGateLocked, type GateSnapshot } from './gate.ts'
+import {
+  B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
+  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
+  R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
+  ROW_ALIVE, ROW_DEAD, R64_BYTES,
+  computeLayout,
+} from './layout.ts'
+
+export interface LedgerOptions {
+  maxActive: number
+  maxQueued: number
+  queueWaitMs: number
+  parsePermits: number
+  parseQueue: number
+  parseWaitMs: number
+  storageBytes: number
+  /** Rows besides the primary's: one per HTTP worker (plus any test threads). */
+  threads: number
+}
+
+export interface RowSnapshot {
+  row: number
+  state: 'unused' | 'alive' | 'dead'
+  generation: number
+  threadId: number
+  exchangeHeld: number
+  parseHeld: number
+  bytes: number
+  heapUsed: number
+  heapLimit: number
+  external: number
+  updatedMs: number
+}
+
+export interface LedgerSnapshot {
+  exchange: GateSnapshot
+  parse: GateSnapshot
+  storage: BudgetSnapshot
+  rows: RowSnapshot[]
+  repairs: number
+  rowReclaims: number
+  draining: boolean
+}
+
+export interface Reclaimed { exchange: number; parse: number; bytes: number; lockStolen: boolean }
+
+/** Wait defaults travel with the buffer so every thread applies the same ones. */
+export interface LedgerHandleInit { sab: SharedArrayBuffer; queueWaitMs: number; parseWaitMs: number }
+
+export class Ledger {
+  readonly core: LedgerCore
+  readonly exchange: Gate
+  readonly parse: Gate
+  readonly storage: ByteBudget
+  readonly init: LedgerHandleInit
+
+  constructor (init: LedgerHandleInit, row: number) {
+    this.init = init
+    this.core = new LedgerCore(init.sab, row)
+    this.exchange = new Gate(this.core, GATE_EXCHANGE, 'exchange', { full: 'capacity_exhausted', timeout: 'capacity_timeout' }, init.queueWaitMs)
+    this.parse = new Gate(this.core, GATE_PARSE, 'parse', { full: 'parse_capacity_exhausted', timeout: 'parse_capacity_timeout' }, init.parseWaitMs)
+    this.storage = new ByteBudget(this.core)
+  }
+
+  get row (): number { return this.core.row }
+
+  get draining (): boolean { return Atomics.load(this.core.i32, H_DRAINING) === 1 }
+  setDraining (on: boolean): void { Atomics.store(this.core.i32, H_DRAINING, on ? 1 : 0) }
+
+  /** The owning thread reports its heap figures (bytes). */
+  reportHeap (heapUsed: number, heapLimit: number, external: number): void {
+    const at = this.core.layout.row64(this.core.row)
+    const i64 = this.core.i64
+    Atomics.store(i64, at + R64_HEAP_USED, BigInt(Math.trunc(heapUsed)))
+    Atomics.store(i64, at + R64_HEAP_LIMIT, BigInt(Math.trunc(heapLimit)))
+    Atomics.store(i64, at + R64_EXTERNAL, BigInt(Math.trunc(external)))
+    Atomics.store(i64, at + R64_UPDATED_MS, BigInt(Date.now()))
+  }
+
+  // ---- primary only ----
+
+  /** Assigns a row to a new thread (before it starts). Returns the row's new generation. */
+  assignRow (row: number, threadId = 0): number {
+    this.checkRow(row)
+    const at = this.core.layout.row32(row)
+    const i32 = this.core.i32
+    const state = Atomics.load(i32, at + R_STATE)
+    if (state === ROW_ALIVE) throw new Error(`ledger row ${row} is still alive`)
+    for (let g = 0; g < GATES; g++) {
+      if (Atomics.load(i32, at + R_HELD + g) !== 0) throw new Error(`ledger row ${row} still holds permits: reclaim it first`)
+    }
+    if (Atomics.load(this.core.i64, this.core.layout.row64(row) + R64_BYTES) !== 0n) throw new Error(`ledger row ${row} still holds bytes: reclaim it first`)
+    Atomics.store(i32, at + R_THREAD_ID, threadId)
+    Atomics.store(i32, at + R_STATE, ROW_ALIVE)
+    return Atomics.add(i32, at + R_GENERATION, 1) + 1
+  }
+
+  /** Records the thread id once the thread is known (Worker.threadId). */
+  setThreadId (row: number, threadId: number): void {
+    this.checkRow(row)
+    Atomics.store(this.core.i32, this.core.layout.row32(row) + R_THREAD_ID, threadId)
+  }
+
+  /**
+   * Reclaims everything a dead thread's row holds, exactly once (see the file header).
+   * Call only after the thread's exit was observed.
+   */
+  reclaimRow (row: number): Reclaimed {
+    this.checkRow(row)
+    if (row === this.core.row) throw new Error('a thread cannot reclaim its own row')
+    const core = this.core
+    const deadToken = row + 1
+    const lockStolen = core.lockForRepair((t) => t === deadToken)
+    const notify: number[] = []
+    let exchange = 0
+    let parse = 0
+    let bytes = 0
+    try {
+      const ex = reclaimGateLocked(core, GATE_EXCHANGE, row)
+      const pa = reclaimGateLocked(core, GATE_PARSE, row)
+      exchange = ex.reclaimed
+      parse = pa.reclaimed
+      notify.push(...ex.granted, ...pa.granted)
+      bytes = reclaimBytesLocked(core, row, lockStolen)
+      const at = core.layout.row32(row)
+      if (Atomics.exchange(core.i32, at + R_STATE, ROW_DEAD) === ROW_ALIVE) Atomics.add(core.i64, core.layout.budget64 + B_ROW_RECLAIMS, 1n)
+      if (lockStolen) Atomics.add(core.i64, core.layout.budget64 + B_REPAIRS, 1n)
+    } finally {
+      core.unlock()
+    }
+    for (const idx of notify) Atomics.notify(core.i32, idx)
+    return { exchange, parse, bytes, lockStolen }
+  }
+
+  snapshot (): LedgerSnapshot {
+    const { i32, i64, layout } = this.core
+    const rows: RowSnapshot[] = []
+    for (let r = 0; r < layout.dims.rows; r++) {
+      const a = layout.row32(r)
+      const b = layout.row64(r)
+      const st = Atomics.load(i32, a + R_STATE)
+      rows.push({
+        row: r,
+        state: st === ROW_ALIVE ? 'alive' : st === ROW_DEAD ? 'dead' : 'unused',
+        generation: Atomics.load(i32, a + R_GENERATION),
+        threadId: Atomics.load(i32, a + R_THREAD_ID),
+        exchangeHeld: Atomics.load(i32, a + R_HELD + GATE_EXCHANGE),
+        parseHeld: Atomics.load(i32, a + R_HELD + GATE_PARSE),
+        bytes: Number(Atomics.load(i64, b + R64_BYTES)),
+        heapUsed: Number(Atomics.load(i64, b + R64_HEAP_USED)),
+        heapLimit: Number(Atomics.load(i64, b + R64_HEAP_LIMIT)),
+        external: Number(Atomics.load(i64, b + R64_EXTERNAL)),
+        updatedMs: Number(Atomics.load(i64, b + R64_UPDATED_MS)),
+      })
+    }
+    return {
+      exchange: this.exchange.snapshot(),
+      parse: this.parse.snapshot(),
+      storage: this.storage.snapshot(),
+      rows,
+      repairs: Number(Atomics.load(i64, layout.budget64 + B_REPAIRS)),
+      rowReclaims: Number(Atomics.load(i64, layout.budget64 + B_ROW_RECLAIMS)),
+      draining: this.draining,
+    }
+  }
+
+  private checkRow (row: number): void {
+    if (!Number.isInteger(row) || row < 0 || row >= this.core.layout.dims.rows) throw new RangeError(`ledger row ${row} out of range`)
+  }
+}
+
+/** Primary: allocate and initialise the buffer; returns the primary's handle (row 0). */
+export function createLedger (opts: LedgerOptions): Ledger {
+  const dims = {
+    rows: 1 + opts.threads,
+    gates: [
+      { maxPermits: opts.maxActive, maxQueued: opts.maxQueued },
+      { maxPermits: opts.parsePermits, maxQueued: opts.parseQueue },
+    ],
+  }
+  const layout = computeLayout(dims)
+  if (!Number.isSafeInteger(opts.storageBytes) || opts.storageBytes < 0) throw new RangeError('storageBytes must be a non-negative integer')
+  const sab = new SharedArrayBuffer(layout.byteLength)
+  const i32 = new Int32Array(sab, 0, layout.i32Length)
+  const i64 = new BigInt64Array(sab, layout.i64ByteOffset, layout.i64Length)
+  i32[H_VERSION] = LAYOUT_VERSION
+  i32[H_ROWS] = dims.rows
+  for (let g = 0; g < GATES; g++) {
+    i32[H_GATE_DIMS + 2 * g] = dims.gates[g].maxPermits
+    i32[H_GATE_DIMS + 2 * g + 1] = dims.gates[g].maxQueued
+    initGate(i32, layout.gate32[g], dims.gates[g].maxPermits, dims.gates[g].maxQueued)
+  }
+  i64[layout.budget64 + B_LIMIT] = BigInt(opts.storageBytes)
+  // The magic is written last: a buffer is usable only once fully initialised.
+  Atomics.store(i32, H_MAGIC, MAGIC)
+  const ledger = new Ledger({ sab, queueWaitMs: opts.queueWaitMs, parseWaitMs: opts.parseWaitMs }, PRIMARY_ROW)
+  ledger.assignRow(PRIMARY_ROW)
+  return ledger
+}
+
+/** A thread's handle on a ledger created elsewhere. */
+export function attachLedger (init: LedgerHandleInit, row: number): Ledger {
+  return new Ledger(init, row)
+}
+
+
