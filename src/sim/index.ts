@@ -1,0 +1,12 @@
+// The simulated model provider (`sluice sim`, and the embedded default upstream).
+export { startSim, DEFAULT_MODELS } from './server.ts'
+export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimEndEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
+export { parseDirective, lastUserText, DEFAULT_DIRECTIVE, FAULTS, LIMITS } from './directive.ts'
+export type { SimDirective, SimFault, SimProtocol } from './directive.ts'
+export { SIM_CREATED } from './script.ts'
+export { MALFORMED_MARK, ERROR_EVENT_MESSAGE } from './protocol.ts'
+export { SIM_ERRORS, errorBody } from './errors.ts'
+export type { SimErrorKind, ErrorFamily } from './errors.ts'
+export { simMain, parseSimArgs } from './cli.ts'
+export { rawRequest, parseSse } from './probe.ts'
+export type { RawResponse, SseFrame } from './probe.ts'

@@ -1,0 +1,69 @@
+// Anthropic Messages: the named event stream and the `message` body.
+//
+// Stream layout (every frame has an `event:` line):
+//   message_start (usage.input_tokens, output_tokens 1), ping
+//   text block (index 0, when there is text): content_block_start, text_delta*, content_block_stop
+//   tool_use blocks: content_block_start {type:"tool_use",id,name,input:{}},
+//                    input_json_delta*, content_block_stop
+//   message_delta (stop_reason "end_turn" | "tool_use", usage.output_tokens), message_stop
+
+import { named, FramePlan } from './frames.ts'
+import { ERROR_EVENT_MESSAGE, MALFORMED_MARK, oversizeIndex, type Renderer } from './protocol.ts'
+import { outputTokens, type Script } from './script.ts'
+
+function stopReason(script: Script): string {
+  return script.tools.length > 0 ? 'tool_use' : 'end_turn'
+}
+
+function usage(script: Script, output: number): string {
+  return `{"input_tokens":${script.inputTokens},"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":${output},"service_tier":"standard"}`
+}
+
+function stream(script: Script): FramePlan {
+  const plan = new FramePlan()
+  plan.one(() => named('message_start', `{"type":"message_start","message":{"id":"msg_${script.id}","type":"message","role":"assistant","model":${script.modelJson},"content":[],"stop_reason":null,"stop_sequence":null,"usage":${usage(script, 1)}}}`))
+  plan.one(() => named('ping', '{"type":"ping"}'))
+
+  let index = 0
+  const text = script.text
+  if (text !== null) {
+    const b = index++
+    plan.one(() => named('content_block_start', `{"type":"content_block_start","index":${b},"content_block":{"type":"text","text":""}}`))
+    const head = `event: content_block_delta\ndata: {"type":"content_block_delta","index":${b},"delta":{"type":"text_delta","text":"`
+    const tail = '"}}\n\n'
+    if (script.directive.fault === 'oversize-frame') {
+      text.insertOversize(oversizeIndex(script, plan.next), script.directive.size - Buffer.byteLength(head + tail))
+    }
+    plan.add(text.count, j => head + text.piece(j) + tail)
+    plan.one(() => named('content_block_stop', `{"type":"content_block_stop","index":${b}}`))
+  }
+
+  for (const tool of script.tools) {
+    const b = index++
+    plan.one(() => named('content_block_start', `{"type":"content_block_start","index":${b},"content_block":{"type":"tool_use","id":"toolu_${tool.key}","name":${JSON.stringify(tool.name)},"input":{}}}`))
+    plan.add(tool.chunks.length, c => named('content_block_delta', `{"type":"content_block_delta","index":${b},"delta":{"type":"input_json_delta","partial_json":"${tool.chunks[c]}"}}`))
+    plan.one(() => named('content_block_stop', `{"type":"content_block_stop","index":${b}}`))
+  }
+
+  plan.one(() => named('message_delta', `{"type":"message_delta","delta":{"stop_reason":"${stopReason(script)}","stop_sequence":null},"usage":{"output_tokens":${outputTokens(script)}}}`))
+  plan.one(() => named('message_stop', '{"type":"message_stop"}'))
+  return plan
+}
+
+function json(script: Script): string {
+  const content: string[] = []
+  // Text pieces are JSON-safe by construction (see script.ts), so quoting is enough.
+  if (script.text !== null) content.push('{"type":"text","text":"' + script.text.full() + '"}')
+  for (const tool of script.tools) {
+    content.push(`{"type":"tool_use","id":"toolu_${tool.key}","name":${JSON.stringify(tool.name)},"input":${tool.args}}`)
+  }
+  return `{"id":"msg_${script.id}","type":"message","role":"assistant","model":${script.modelJson},"content":[${content.join(',')}],` +
+    `"stop_reason":"${stopReason(script)}","stop_sequence":null,"usage":${usage(script, outputTokens(script))}}`
+}
+
+export const messages: Renderer = {
+  stream,
+  json,
+  malformed: () => `event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${MALFORMED_MARK}\n\n`,
+  errorEvent: () => named('error', JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: ERROR_EVENT_MESSAGE } })),
+}

@@ -1,0 +1,116 @@
+// A raw HTTP probe and SSE splitter for tests: sees exact bytes, resets and stalls that an
+// SDK would hide or retry. Used by the sim's own tests; usable against the gateway too.
+
+import { request, type IncomingHttpHeaders } from 'node:http'
+
+export interface RawResponse {
+  /** 0 when no response head arrived. */
+  status: number
+  headers: IncomingHttpHeaders
+  body: Buffer
+  /** The transport error that ended the exchange, if any (e.g. ECONNRESET). */
+  error: NodeJS.ErrnoException | null
+  /** True when the probe gave up after `idleMs` without a byte (and closed the connection). */
+  idle: boolean
+  /** ms from sending the request to the response head. */
+  headMs: number | null
+}
+
+export interface RawRequestOptions {
+  method?: string
+  /** Path with optional query, e.g. /v1/messages?beta=true */
+  path: string
+  /** Serialised with JSON.stringify unless a string or Buffer. */
+  body?: unknown
+  headers?: Record<string, string>
+  /** Give up (and close the connection) after this long without a byte. */
+  idleMs?: number
+  /** Close the connection after this many body bytes. */
+  abortAfterBytes?: number
+}
+
+export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<RawResponse> {
+  const url = new URL(opts.path, baseUrl)
+  const payload =
+    opts.body === undefined ? undefined : typeof opts.body === 'string' || Buffer.isBuffer(opts.body) ? opts.body : JSON.stringify(opts.body)
+  const headers: Record<string, string> = { ...opts.headers }
+  if (payload !== undefined) {
+    headers['content-type'] ??= 'application/json'
+    headers['content-length'] = String(Buffer.byteLength(payload))
+  }
+  const start = performance.now()
+  return new Promise(resolve => {
+    const out: RawResponse = { status: 0, headers: {}, body: Buffer.alloc(0), error: null, idle: false, headMs: null }
+    const chunks: Buffer[] = []
+    let size = 0
+    let timer: NodeJS.Timeout | undefined
+    let settled = false
+    const done = (): void => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      out.body = Buffer.concat(chunks, size)
+      resolve(out)
+    }
+    const arm = (): void => {
+      if (opts.idleMs === undefined) return
+      clearTimeout(timer)
+      timer = setTimeout(() => {
+        out.idle = true
+        req.destroy()
+        done()
+      }, opts.idleMs)
+    }
+    const req = request(url, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, agent: false }, res => {
+      out.status = res.statusCode ?? 0
+      out.headers = res.headers
+      out.headMs = performance.now() - start
+      arm()
+      res.on('data', (chunk: Buffer) => {
+        chunks.push(chunk)
+        size += chunk.length
+        arm()
+        if (opts.abortAfterBytes !== undefined && size >= opts.abortAfterBytes) {
+          req.destroy()
+          done()
+        }
+      })
+      res.on('end', done)
+      res.on('error', (err: NodeJS.ErrnoException) => {
+        out.error = err
+        done()
+      })
+      res.on('close', done)
+    })
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      out.error = err
+      done()
+    })
+    arm()
+    req.end(payload)
+  })
+}
+
+export interface SseFrame {
+  event: string | null
+  data: string
+  /** The frame's bytes, without the blank line that ends it. */
+  raw: string
+}
+
+/** Splits an SSE body into frames (blank-line separated; `data:` lines joined with \n). */
+export function parseSse(body: string | Buffer): SseFrame[] {
+  const text = typeof body === 'string' ? body : body.toString('utf8')
+  const frames: SseFrame[] = []
+  for (const raw of text.split('\n\n')) {
+    if (raw === '') continue
+    let event: string | null = null
+    const data: string[] = []
+    for (const line of raw.split('\n')) {
+      if (line.startsWith('event:')) event = line.slice(6).trim()
+      else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''))
+    }
+    frames.push({ event, data: data.join('\n'), raw })
+  }
+  return frames
+}
