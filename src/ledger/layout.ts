@@ -82,7 +82,11 @@ export const R_STATE = 0            // ROW_UNUSED | ROW_ALIVE | ROW_DEAD
 export const R_GENERATION = 1       // bumped each time the row is (re)assigned
 export const R_THREAD_ID = 2
 export const R_HELD = 3             // + gate number: permits of that gate this row holds
-export const ROW32_FIELDS = R_HELD + GATES
+/** Per-row event counters (refusals by catalogue code), (lo, hi) pairs written only by the
+ *  row's own thread with Atomics; summed over rows by the admin plane. */
+export const R_COUNTERS = R_HELD + GATES
+export const ROW_COUNTERS = 64
+export const ROW32_FIELDS = R_COUNTERS + 2 * ROW_COUNTERS
 
 export const ROW_UNUSED = 0
 export const ROW_ALIVE = 1

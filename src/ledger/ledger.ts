@@ -27,9 +27,14 @@ import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
   H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
-  ROW_ALIVE, ROW_DEAD, R64_BYTES,
+  ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS,
   computeLayout,
 } from './layout.ts'
+import { errorCodes, type ErrorCode } from '../errors.ts'
+import { readTotal } from './gate.ts'
+
+if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
+const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
 
 export interface LedgerOptions {
   maxActive: number
@@ -100,6 +105,25 @@ export class Ledger {
     Atomics.store(i64, at + R64_HEAP_LIMIT, BigInt(Math.trunc(heapLimit)))
     Atomics.store(i64, at + R64_EXTERNAL, BigInt(Math.trunc(external)))
     Atomics.store(i64, at + R64_UPDATED_MS, BigInt(Date.now()))
+  }
+
+  /** Counts one refusal or failure with this code (metrics: sluice_refusals_total{code}). */
+  countRefusal (code: ErrorCode): void {
+    const at = this.core.layout.row32(this.core.row) + R_COUNTERS + 2 * (codeIndex.get(code) ?? 0)
+    // Only this thread writes its row's counters: add to lo, carry into hi on wrap.
+    if (Atomics.add(this.core.i32, at, 1) === -1) Atomics.add(this.core.i32, at + 1, 1)
+  }
+
+  /** Refusal totals by code, summed over every row (dead rows included: totals survive). */
+  refusals (): Map<ErrorCode, number> {
+    const out = new Map<ErrorCode, number>()
+    const { i32, layout } = this.core
+    for (const [code, i] of codeIndex) {
+      let n = 0
+      for (let r = 0; r < layout.dims.rows; r++) n += readTotal(i32, layout.row32(r) + R_COUNTERS + 2 * i)
+      if (n > 0) out.set(code, n)
+    }
+    return out
   }
 
   // ---- primary only ----

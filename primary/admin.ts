@@ -1,0 +1,91 @@
+// The admin plane, on the primary thread and its own port: /healthz, /readyz, /metrics,
+// /capabilities. It reads the ledger directly (lock-free snapshots), so it answers while
+// every HTTP worker is saturated, stuck or dead. Plain node:http: four fixed routes do not
+// need a framework, and the primary stays small.
+
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { Config } from '../src/config/schema.ts'
+import { pendingCap } from '../src/config/load.ts'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import { renderMetrics, type PrimaryCounters } from './metrics.ts'
+import type { Supervisor } from './supervisor.ts'
+
+export interface AdminDeps {
+  config: Config
+  ledger: Ledger
+  supervisor: Supervisor
+  counters: PrimaryCounters
+  startedAt: number
+  version: string
+}
+
+export function capabilities (config: Config, version: string): Record<string, unknown> {
+  const l = config.limits
+  return {
+    name: 'sluice',
+    version,
+    limits: {
+      maxActiveExchanges: l.maxActiveExchanges,
+      maxQueuedExchanges: l.maxQueuedExchanges,
+      queueWaitMs: l.queueWaitMs,
+      parsePermits: l.parsePermits,
+      parseWaitMs: l.parseWaitMs,
+      maxPendingPromptsPerSession: pendingCap(l),
+      maxActivePerSession: l.maxActivePerSession,
+      sseFrameBytes: l.sseFrameBytes,
+      maxOutputItems: l.maxOutputItems,
+      maxOutputBytes: l.maxOutputBytes,
+      maxBodyBytes: l.maxBodyBytes,
+      maxJsonDepth: l.maxJsonDepth,
+      maxJsonNodes: l.maxJsonNodes,
+      storageBytes: l.storageBytes,
+      workerHeapMb: l.workerHeapMb,
+      workers: config.workers,
+      healthGuardMs: l.healthGuardMs,
+    },
+    protocols: [...new Set(config.providers.map((p) => p.protocol))],
+    models: config.providers.flatMap((p) => [...p.models, ...Object.keys(p.aliases)]),
+  }
+}
+
+export function startAdmin (deps: AdminDeps, host: string, port: number): Promise<Server> {
+  const caps = JSON.stringify(capabilities(deps.config, deps.version))
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? '/').split('?')[0]
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'application/json', '{"code":"not_found","error":"admin routes are GET only"}')
+    switch (path) {
+      case '/healthz':
+        return send(res, 200, 'application/json', `{"status":"ok","uptimeMs":${Date.now() - deps.startedAt}}`)
+      case '/readyz': {
+        const draining = deps.ledger.draining
+        const listening = deps.supervisor.workers.filter((w) => w.listening).length
+        const ready = !draining && listening === deps.supervisor.workers.length
+        return send(res, ready ? 200 : 503, 'application/json', JSON.stringify({
+          ready,
+          draining,
+          workersListening: listening,
+          workers: deps.supervisor.workers.length,
+        }))
+      }
+      case '/metrics':
+        return send(res, 200, 'text/plain; version=0.0.4; charset=utf-8', renderMetrics(deps.ledger.snapshot(), deps.supervisor, deps.counters, deps.config))
+      case '/capabilities':
+        return send(res, 200, 'application/json', caps)
+      default:
+        return send(res, 404, 'application/json', '{"code":"not_found","error":"no such admin route"}')
+    }
+  })
+  server.keepAliveTimeout = 5_000
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen({ host, port }, () => {
+      server.off('error', reject)
+      resolve(server)
+    })
+  })
+}
+
+function send (res: ServerResponse, status: number, type: string, body: string): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' })
+  res.end(body)
+}

@@ -1,0 +1,148 @@
+// The primary thread: load config (done by the caller), allocate the ledger, start the admin
+// plane, the embedded simulated provider (when configured) and the HTTP workers, and own
+// shutdown. It holds the permits (the ledger) and never proxies a byte.
+
+import { createServer } from 'node:net'
+import type { Server } from 'node:http'
+import { Worker } from 'node:worker_threads'
+import { once } from 'node:events'
+import type { Logger } from 'pino'
+import type { Config } from '../src/config/schema.ts'
+import { createLedger, type Ledger } from '../src/ledger/ledger.ts'
+import { startAdmin } from './admin.ts'
+import { Supervisor } from './supervisor.ts'
+import { VERSION } from '../src/version.ts'
+import { createLogger } from '../src/log.ts'
+
+export interface PrimaryHandle {
+  readonly config: Config
+  readonly ledger: Ledger
+  readonly supervisor: Supervisor
+  readonly log: Logger
+  readonly port: number
+  readonly adminPort: number
+  readonly simUrl: string | null
+  /** Drain (stop admitting, wait for active exchanges up to drainMs), then stop everything. */
+  shutdown (reason?: string): Promise<void>
+}
+
+export interface StartOptions {
+  config: Config
+  log?: Logger
+  /** Install SIGTERM/SIGINT handlers (the CLI does; tests usually don't). */
+  signals?: boolean
+  testHooks?: boolean
+}
+
+export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> {
+  const log = opts.log ?? createLogger(opts.config.telemetry.logLevel)
+  const startedAt = Date.now()
+
+  // reusePort lets a second process bind the same port silently: probe with an exclusive
+  // bind first, so a double start fails loudly instead of splitting traffic. Port 0 resolves
+  // here to one free port that every worker then shares.
+  const port = await probePort(opts.config.listen.host, opts.config.listen.port)
+  const config: Config = { ...opts.config, listen: { ...opts.config.listen, port } }
+
+  const limits = config.limits
+  const ledger = createLedger({
+    maxActive: limits.maxActiveExchanges,
+    maxQueued: limits.maxQueuedExchanges,
+    queueWaitMs: limits.queueWaitMs,
+    parsePermits: limits.parsePermits,
+    // Every parse waiter holds an exchange permit, so the parse queue never needs more.
+    parseQueue: limits.maxActiveExchanges,
+    parseWaitMs: limits.parseWaitMs,
+    storageBytes: limits.storageBytes,
+    threads: config.workers,
+  })
+
+  let sim: { url: string; worker: Worker } | null = null
+  if (config.sim.enabled) sim = await startSimThread(config.listen.host, config.sim.port)
+
+  const supervisor = new Supervisor({ config, ledger, log, simUrl: sim?.url ?? null, testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1' })
+  let admin: Server
+  try {
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+  } catch (err) {
+    await sim?.worker.terminate()
+    throw err
+  }
+  const adminPort = (admin.address() as { port: number }).port
+  try {
+    await supervisor.start()
+  } catch (err) {
+    await supervisor.stop()
+    admin.close()
+    await sim?.worker.terminate()
+    throw err
+  }
+  log.info({ port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
+
+  let shuttingDown: Promise<void> | null = null
+  const shutdown = (reason = 'shutdown'): Promise<void> => {
+    shuttingDown ??= (async () => {
+      log.info({ reason, active: ledger.exchange.snapshot().active }, 'draining')
+      ledger.setDraining(true)
+      supervisor.post({ type: 'drain' })
+      const deadline = Date.now() + config.limits.drainMs
+      while (Date.now() < deadline) {
+        const s = ledger.snapshot()
+        if (s.exchange.active === 0 && s.exchange.queued === 0) break
+        await new Promise((r) => setTimeout(r, 25))
+      }
+      const left = ledger.exchange.snapshot()
+      await supervisor.stop()
+      await new Promise<void>((resolve) => admin.close(() => resolve()))
+      admin.closeAllConnections()
+      if (sim) await sim.worker.terminate()
+      log.info({ reason, abandonedActive: left.active, abandonedQueued: left.queued }, 'stopped')
+    })()
+    return shuttingDown
+  }
+
+  if (opts.signals) {
+    let signalled = 0
+    const onSignal = (sig: NodeJS.Signals): void => {
+      if (++signalled > 1) {
+        log.warn({ signal: sig }, 'second signal: exiting at once')
+        process.exit(1)
+      }
+      void shutdown(sig).then(() => process.exit(0), (err) => {
+        log.error({ err }, 'shutdown failed')
+        process.exit(1)
+      })
+    }
+    process.on('SIGTERM', onSignal)
+    process.on('SIGINT', onSignal)
+  }
+
+  return { config, ledger, supervisor, log, port, adminPort, simUrl: sim?.url ?? null, shutdown }
+}
+
+/** Binds host:port exclusively and releases it; returns the port (resolving 0 to a free one). */
+export async function probePort (host: string, port: number): Promise<number> {
+  const srv = createServer()
+  srv.listen({ host, port, exclusive: true })
+  try {
+    await once(srv, 'listening')
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException
+    if (e.code === 'EADDRINUSE') throw new Error(`port ${host}:${port} is already served (another sluice, or another program): refusing to start`)
+    throw err
+  }
+  const bound = (srv.address() as { port: number }).port
+  await new Promise((r) => srv.close(r))
+  return bound
+}
+
+/** The embedded simulated provider runs in its own thread, so it never loads the primary. */
+async function startSimThread (host: string, port: number): Promise<{ url: string; worker: Worker }> {
+  const worker = new Worker(new URL('./sim-thread.ts', import.meta.url), { workerData: { host, port }, name: 'sluice-sim' })
+  const [msg] = await Promise.race([
+    once(worker, 'message') as Promise<[{ url: string }]>,
+    once(worker, 'error').then(([err]) => { throw err }),
+  ])
+  return { url: msg.url, worker }
+}
+

@@ -1,0 +1,75 @@
+// Prometheus text exposition of the ledger snapshot and the supervisor's state.
+// Every figure is read, never recomputed: the ledger is the one source of truth.
+
+import type { Config } from '../src/config/schema.ts'
+import type { LedgerSnapshot } from '../src/ledger/ledger.ts'
+import type { ErrorCode } from '../src/errors.ts'
+import type { Supervisor } from './supervisor.ts'
+
+export interface PrimaryCounters {
+  refusals: () => Map<ErrorCode, number>
+}
+
+type Sample = [labels: Record<string, string | number> | null, value: number]
+
+class Writer {
+  out = ''
+  metric (name: string, type: 'gauge' | 'counter', help: string, samples: Sample[] | number): void {
+    this.out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n`
+    if (typeof samples === 'number') { this.out += `${name} ${samples}\n`; return }
+    for (const [labels, value] of samples) {
+      if (!labels) { this.out += `${name} ${value}\n`; continue }
+      const l = Object.entries(labels).map(([k, v]) => `${k}="${String(v).replace(/["\\\n]/g, '_')}"`).join(',')
+      this.out += `${name}{${l}} ${value}\n`
+    }
+  }
+}
+
+export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: PrimaryCounters, config: Config): string {
+  const w = new Writer()
+  w.metric('sluice_exchanges_active', 'gauge', 'Exchange permits in use.', s.exchange.active)
+  w.metric('sluice_exchanges_queued', 'gauge', 'Exchanges waiting in the FIFO queue (body unread).', s.exchange.queued)
+  w.metric('sluice_exchanges_max', 'gauge', 'Exchange permits configured.', s.exchange.max)
+  w.metric('sluice_exchanges_queue_max', 'gauge', 'Exchange queue capacity configured.', s.exchange.queueMax)
+  w.metric('sluice_parse_permits_in_use', 'gauge', 'Parse permits in use.', s.parse.active)
+  w.metric('sluice_parse_permits_queued', 'gauge', 'Waiters for the parse permit.', s.parse.queued)
+  w.metric('sluice_parse_permits_max', 'gauge', 'Parse permits configured.', s.parse.max)
+  w.metric('sluice_storage_bytes_reserved', 'gauge', 'Bytes reserved against the aggregate storage budget.', s.storage.reserved)
+  w.metric('sluice_storage_bytes_limit', 'gauge', 'The aggregate storage budget.', s.storage.limit)
+  w.metric('sluice_storage_bytes_peak', 'gauge', 'Highest reservation seen since start.', s.storage.peak)
+  w.metric('sluice_admissions_total', 'counter', 'Exchange permits granted.', s.exchange.admitted)
+  w.metric('sluice_releases_total', 'counter', 'Exchange permits returned by their holder.', s.exchange.released)
+  w.metric('sluice_permits_admitted_total', 'counter', 'Permits granted, by gate.', [[{ gate: 'exchange' }, s.exchange.admitted], [{ gate: 'parse' }, s.parse.admitted]])
+  w.metric('sluice_permits_released_total', 'counter', 'Permits returned by their holder, by gate.', [[{ gate: 'exchange' }, s.exchange.released], [{ gate: 'parse' }, s.parse.released]])
+  w.metric('sluice_permits_reclaimed_total', 'counter', 'Permits reclaimed from dead workers, by gate.', [[{ gate: 'exchange' }, s.exchange.reclaimed], [{ gate: 'parse' }, s.parse.reclaimed]])
+  w.metric('sluice_permit_waits_total', 'counter', 'Acquires that had to queue, by gate.', [[{ gate: 'exchange' }, s.exchange.queuedTotal], [{ gate: 'parse' }, s.parse.queuedTotal]])
+  w.metric('sluice_permit_wait_outcomes_total', 'counter', 'Queued acquires that ended without a permit, by gate and outcome.', [
+    [{ gate: 'exchange', outcome: 'queue_full' }, s.exchange.refusedFull],
+    [{ gate: 'exchange', outcome: 'timeout' }, s.exchange.timeouts],
+    [{ gate: 'exchange', outcome: 'cancel' }, s.exchange.cancels],
+    [{ gate: 'exchange', outcome: 'cancel_after_grant' }, s.exchange.cancelsAfterGrant],
+    [{ gate: 'parse', outcome: 'queue_full' }, s.parse.refusedFull],
+    [{ gate: 'parse', outcome: 'timeout' }, s.parse.timeouts],
+    [{ gate: 'parse', outcome: 'cancel' }, s.parse.cancels],
+    [{ gate: 'parse', outcome: 'cancel_after_grant' }, s.parse.cancelsAfterGrant],
+  ])
+  const refusals: Sample[] = [...counters.refusals()].map(([code, n]) => [{ code }, n])
+  w.metric('sluice_refusals_total', 'counter', 'Refusals and failures sent to callers, by catalogue code.', refusals)
+  w.metric('sluice_storage_refusals_total', 'counter', 'Byte reservations refused.', s.storage.refused)
+  w.metric('sluice_storage_bytes_reclaimed_total', 'counter', 'Bytes reclaimed from dead workers.', s.storage.reclaimed)
+  const live = s.rows.filter((r) => r.row > 0 && r.row <= config.workers)
+  w.metric('sluice_worker_heap_bytes', 'gauge', 'JS heap used by each HTTP worker (last report).', live.map((r) => [{ worker: r.row }, r.heapUsed]))
+  w.metric('sluice_worker_heap_limit_bytes', 'gauge', 'JS heap limit of each HTTP worker.', live.map((r) => [{ worker: r.row }, r.heapLimit]))
+  w.metric('sluice_worker_external_bytes', 'gauge', 'Buffer and ArrayBuffer bytes outside the JS heap, by worker.', live.map((r) => [{ worker: r.row }, r.external]))
+  w.metric('sluice_worker_exchanges_held', 'gauge', 'Exchange permits held, by worker.', live.map((r) => [{ worker: r.row }, r.exchangeHeld]))
+  w.metric('sluice_worker_bytes_held', 'gauge', 'Storage bytes held, by worker.', live.map((r) => [{ worker: r.row }, r.bytes]))
+  w.metric('sluice_worker_up', 'gauge', '1 when the worker is listening.', sup.workers.map((x) => [{ worker: x.row }, x.listening ? 1 : 0]))
+  w.metric('sluice_worker_restarts_total', 'counter', 'Worker restarts.', sup.workers.map((x) => [{ worker: x.row }, x.restarts]))
+  w.metric('sluice_worker_reclaims_total', 'counter', 'Dead worker rows reclaimed.', s.rowReclaims)
+  w.metric('sluice_ledger_repairs_total', 'counter', 'Ledger locks stolen from a worker that died holding it.', s.repairs)
+  w.metric('sluice_draining', 'gauge', '1 while draining for shutdown.', s.draining ? 1 : 0)
+  const mem = process.memoryUsage()
+  w.metric('sluice_process_resident_bytes', 'gauge', 'Resident set size of the whole process.', mem.rss)
+  w.metric('sluice_primary_heap_bytes', 'gauge', 'JS heap used by the primary thread.', mem.heapUsed)
+  return w.out
+}

@@ -1,0 +1,162 @@
+// The supervisor: starts the HTTP workers, restarts the ones that die (with backoff), and
+// reclaims each dead worker's ledger holdings exactly once, in the worker's `exit` handler.
+//
+// Each worker owns one ledger row for its whole life; a restarted worker gets the same row
+// with a new generation, only after the previous life's holdings were reclaimed.
+
+import { EventEmitter } from 'node:events'
+import { Worker } from 'node:worker_threads'
+import type { Config } from '../src/config/schema.ts'
+import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
+import type { Ledger, Reclaimed } from '../src/ledger/ledger.ts'
+import type { Logger } from 'pino'
+
+const WORKER_MAIN = new URL('../worker/main.ts', import.meta.url)
+const BACKOFF_MIN_MS = 100
+const BACKOFF_MAX_MS = 5_000
+/** A worker that lived this long resets the backoff. */
+const HEALTHY_AFTER_MS = 30_000
+
+export interface WorkerState {
+  readonly row: number
+  worker: Worker | null
+  generation: number
+  listening: boolean
+  startedAt: number
+  restarts: number
+  backoffMs: number
+  lastExit: { code: number; error: string | null; reclaimed: Reclaimed } | null
+}
+
+export interface SupervisorEvents {
+  exit: [WorkerState, Reclaimed]
+  listening: [WorkerState]
+}
+
+export class Supervisor extends EventEmitter<SupervisorEvents> {
+  readonly workers: WorkerState[] = []
+  private readonly config: Config
+  private readonly ledger: Ledger
+  private readonly log: Logger
+  private readonly simUrl: string | null
+  private readonly testHooks: boolean
+  private stopping = false
+
+  constructor (opts: { config: Config; ledger: Ledger; log: Logger; simUrl: string | null; testHooks: boolean }) {
+    super()
+    this.config = opts.config
+    this.ledger = opts.ledger
+    this.log = opts.log
+    this.simUrl = opts.simUrl
+    this.testHooks = opts.testHooks
+    for (let i = 0; i < this.config.workers; i++) {
+      this.workers.push({ row: i + 1, worker: null, generation: 0, listening: false, startedAt: 0, restarts: 0, backoffMs: BACKOFF_MIN_MS, lastExit: null })
+    }
+  }
+
+  /** Starts every worker; resolves when all listen, rejects on the first start-up failure. */
+  start (): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let pending = this.workers.length
+      for (const w of this.workers) {
+        this.spawn(w, (err) => {
+          if (err) { reject(err); return }
+          if (--pending === 0) resolve()
+        })
+      }
+    })
+  }
+
+  get allListening (): boolean { return this.workers.every((w) => w.listening) }
+
+  post (msg: PrimaryToWorker): void {
+    for (const w of this.workers) w.worker?.postMessage(msg)
+  }
+
+  /** Stops restarting and terminates every worker; resolves once all have exited. */
+  async stop (): Promise<void> {
+    this.stopping = true
+    await Promise.all(this.workers.map((w) => this.terminate(w)))
+  }
+
+  /** Terminates one worker (tests, or a stuck worker); it is restarted unless stopping. */
+  terminate (w: WorkerState): Promise<void> {
+    const worker = w.worker
+    if (!worker) return Promise.resolve()
+    return new Promise((resolve) => {
+      worker.once('exit', () => resolve())
+      void worker.terminate()
+    })
+  }
+
+  private spawn (w: WorkerState, onStarted?: (err?: Error) => void): void {
+    const generation = this.ledger.assignRow(w.row)
+    w.generation = generation
+    w.listening = false
+    w.startedAt = Date.now()
+    const boot: WorkerBoot = {
+      ledger: this.ledger.init,
+      row: w.row,
+      generation,
+      config: this.config,
+      simUrl: this.simUrl,
+      testHooks: this.testHooks,
+    }
+    const worker = new Worker(WORKER_MAIN, {
+      workerData: boot,
+      name: `sluice-http-${w.row}`,
+      resourceLimits: {
+        // Both limits, on purpose: with only the old-generation limit a worker that blows its
+        // heap can take the whole process down on Node 24 (PLATFORM.md).
+        maxOldGenerationSizeMb: this.config.limits.workerHeapMb,
+        maxYoungGenerationSizeMb: this.config.limits.workerYoungGenMb,
+      },
+      stdout: false,
+      stderr: false,
+    })
+    w.worker = worker
+    this.ledger.setThreadId(w.row, worker.threadId)
+    let error: string | null = null
+    worker.on('message', (msg: WorkerToPrimary) => {
+      if (msg.type === 'listening') {
+        w.listening = true
+        this.log.info({ worker: w.row, generation, port: msg.port }, 'worker listening')
+        this.emit('listening', w)
+        onStarted?.()
+        onStarted = undefined
+      } else if (msg.type === 'fatal') {
+        error = msg.error
+        this.log.error({ worker: w.row, generation, err: msg.error }, 'worker failed')
+      } else if (msg.type === 'log') {
+        this.log[msg.level]({ worker: w.row, generation, ...msg.fields }, msg.msg)
+      }
+    })
+    worker.on('error', (err: Error & { code?: string }) => {
+      error = err.code ?? err.message
+      this.log.error({ worker: w.row, generation, err: err.message, code: err.code }, 'worker error')
+    })
+    worker.once('exit', (code) => {
+      // The one place a dead worker's holdings return: exactly once per life, because the
+      // row is zeroed under the ledger lock and a later call finds nothing.
+      const reclaimed = this.ledger.reclaimRow(w.row)
+      w.worker = null
+      w.listening = false
+      w.lastExit = { code, error, reclaimed }
+      const level = this.stopping ? 'info' : 'warn'
+      this.log[level]({ worker: w.row, generation, code, error, reclaimed }, 'worker exited')
+      this.emit('exit', w, reclaimed)
+      if (onStarted) {
+        onStarted(new Error(`worker ${w.row} exited during start-up (code ${code}${error ? `, ${error}` : ''})`))
+        onStarted = undefined
+        return
+      }
+      if (this.stopping) return
+      const lived = Date.now() - w.startedAt
+      if (lived > HEALTHY_AFTER_MS) w.backoffMs = BACKOFF_MIN_MS
+      const delay = w.backoffMs
+      w.backoffMs = Math.min(BACKOFF_MAX_MS, w.backoffMs * 2)
+      w.restarts++
+      setTimeout(() => { if (!this.stopping) this.spawn(w) }, delay).unref()
+    })
+  }
+}

@@ -1,0 +1,179 @@
+// Loading the configuration: file (or the demo config), then environment, then flags, then
+// one strict validation. Any failure is a ConfigError naming the key; `sluice serve` and
+// `sluice check-config` print it and exit 2.
+
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { configSchema, type Config, type ConfigInput } from './schema.ts'
+
+export const DEMO_KEY = 'sk-sluice-demo'
+
+export class ConfigError extends Error {
+  readonly key: string
+  constructor (key: string, message: string) {
+    super(`${key}: ${message}`)
+    this.name = 'ConfigError'
+    this.key = key
+  }
+}
+
+export function sha256Hex (s: string): string {
+  return createHash('sha256').update(s).digest('hex')
+}
+
+/** The embedded default: the simulated provider for all three protocols and the demo key. */
+export function demoConfig (): ConfigInput {
+  return {
+    keys: [{ name: 'demo', sha256: sha256Hex(DEMO_KEY), models: ['*'] }],
+    providers: [
+      { name: 'sim-chat', protocol: 'openai-chat', baseUrl: 'sim', models: ['gpt-4o*', 'gpt-4.1*', 'sim-chat'] },
+      { name: 'sim-responses', protocol: 'openai-responses', baseUrl: 'sim', models: ['gpt-5*', 'o3*', 'o4*', 'sim-responses'] },
+      { name: 'sim-messages', protocol: 'anthropic', baseUrl: 'sim', models: ['claude-*', 'sim-messages'] },
+    ],
+    sim: { enabled: true, port: 0 },
+  }
+}
+
+export interface Overrides {
+  port?: string | number
+  adminPort?: string | number
+  workers?: string | number
+  maxPendingPromptsPerSession?: string | number
+}
+
+/** A flag or environment value that must be a non-negative integer. */
+export function parseNonNegativeInt (key: string, raw: string | number): number {
+  const s = String(raw).trim()
+  if (!/^\d+$/.test(s)) throw new ConfigError(key, `must be a non-negative integer, got ${JSON.stringify(String(raw))}`)
+  const n = Number(s)
+  if (!Number.isSafeInteger(n)) throw new ConfigError(key, `is too large: ${s}`)
+  return n
+}
+
+export interface LoadOptions {
+  /** Path to the JSON config file; absent means the demo config. */
+  file?: string
+  env?: NodeJS.ProcessEnv
+  overrides?: Overrides
+}
+
+export interface LoadedConfig {
+  config: Config
+  /** True when running the embedded demo config. */
+  demo: boolean
+  source: string
+}
+
+export function loadConfig (opts: LoadOptions = {}): LoadedConfig {
+  const env = opts.env ?? process.env
+  let raw: unknown
+  let source = 'embedded demo config'
+  const file = opts.file ?? env.SLUICE_CONFIG
+  if (file) {
+    source = file
+    let text: string
+    try {
+      text = readFileSync(file, 'utf8')
+    } catch (err) {
+      throw new ConfigError('--config', `cannot read ${file}: ${(err as Error).message}`)
+    }
+    try {
+      raw = JSON.parse(text)
+    } catch (err) {
+      throw new ConfigError('--config', `${file} is not valid JSON: ${(err as Error).message}`)
+    }
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('(root)', 'the config must be a JSON object')
+  } else {
+    raw = demoConfig()
+  }
+  const input = structuredClone(raw) as Record<string, any>
+  const listen = (input.listen ??= {}) as Record<string, unknown>
+  const limits = (input.limits ??= {}) as Record<string, unknown>
+  if (typeof listen !== 'object' || typeof limits !== 'object') {
+    // let the schema report the type error with its path
+  } else {
+    if (env.SLUICE_PORT !== undefined && env.SLUICE_PORT !== '') listen.port = parseNonNegativeInt('SLUICE_PORT', env.SLUICE_PORT)
+    if (env.SLUICE_ADMIN_PORT !== undefined && env.SLUICE_ADMIN_PORT !== '') listen.adminPort = parseNonNegativeInt('SLUICE_ADMIN_PORT', env.SLUICE_ADMIN_PORT)
+    const o = opts.overrides ?? {}
+    if (o.port !== undefined) listen.port = parseNonNegativeInt('--port', o.port)
+    if (o.adminPort !== undefined) listen.adminPort = parseNonNegativeInt('--admin-port', o.adminPort)
+    if (o.workers !== undefined) input.workers = parseNonNegativeInt('--workers', o.workers)
+    if (o.maxPendingPromptsPerSession !== undefined) {
+      limits.maxPendingPromptsPerSession = parseNonNegativeInt('--max-pending-prompts-per-session', o.maxPendingPromptsPerSession)
+    }
+  }
+  const config = validateConfig(input)
+  return { config, demo: !file, source }
+}
+
+/** Schema validation plus the cross-field rules; throws ConfigError naming the first bad key. */
+export function validateConfig (input: unknown): Config {
+  const parsed = configSchema.safeParse(input)
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]
+    const key = issue.path.length ? issue.path.map(String).join('.') : '(root)'
+    let message = issue.message
+    if (issue.code === 'unrecognized_keys') {
+      throw new ConfigError(key === '(root)' ? issue.keys.join(', ') : `${key}.${issue.keys[0]}`, `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`)
+    }
+    if (issue.code === 'invalid_type' && issue.expected === 'number' && typeof valueAt(input, issue.path) === 'number') {
+      message = `must be a finite number, got ${String(valueAt(input, issue.path))}`
+    }
+    throw new ConfigError(key, message)
+  }
+  const config = parsed.data
+  crossCheck(config)
+  return config
+}
+
+function valueAt (root: unknown, path: readonly PropertyKey[]): unknown {
+  let v: any = root
+  for (const p of path) v = v?.[p as any]
+  return v
+}
+
+function crossCheck (c: Config): void {
+  const names = new Set<string>()
+  c.providers.forEach((p, i) => {
+    if (names.has(p.name)) throw new ConfigError(`providers.${i}.name`, `duplicate provider name ${JSON.stringify(p.name)}`)
+    names.add(p.name)
+    if (p.baseUrl === 'sim' && !c.sim.enabled) throw new ConfigError(`providers.${i}.baseUrl`, '"sim" needs sim.enabled = true')
+    for (const [alias, target] of Object.entries(p.aliases)) {
+      if (!matchesAny(target, p.models)) throw new ConfigError(`providers.${i}.aliases.${alias}`, `target ${JSON.stringify(target)} is not among this provider's models`)
+    }
+  })
+  const keyNames = new Set<string>()
+  c.keys.forEach((k, i) => {
+    if (keyNames.has(k.name)) throw new ConfigError(`keys.${i}.name`, `duplicate key name ${JSON.stringify(k.name)}`)
+    keyNames.add(k.name)
+  })
+  if (c.listen.port !== 0 && c.listen.port === c.listen.adminPort && c.listen.host === c.listen.adminHost) {
+    throw new ConfigError('listen.adminPort', 'must differ from listen.port')
+  }
+  const demoHash = sha256Hex(DEMO_KEY)
+  if (c.keys.some((k) => k.sha256 === demoHash)) {
+    for (const key of ['host', 'adminHost'] as const) {
+      if (!isLoopback(c.listen[key])) throw new ConfigError(`listen.${key}`, `the demo key ${DEMO_KEY} may only be served on loopback, not ${c.listen[key]}`)
+    }
+  }
+}
+
+export function isLoopback (host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+}
+
+/** `gpt-5*` matches `gpt-5.5`; `*` matches everything; otherwise exact. */
+export function matchesAny (model: string, patterns: readonly string[]): boolean {
+  for (const p of patterns) {
+    if (p.endsWith('*') ? model.startsWith(p.slice(0, -1)) : model === p) return true
+  }
+  return false
+}
+
+/** The cap as a number, or null when disabled (0, null, "Infinity"): /capabilities' shape. */
+export function pendingCap (limits: Config['limits']): number | null {
+  const v = limits.maxPendingPromptsPerSession
+  return v === null || v === 0 || v === 'Infinity' ? null : v
+}
+
+

@@ -1,0 +1,105 @@
+// The configuration schema: one JSON file, validated strictly at start.
+//
+// Every key has a default (DESIGN.md "Fixed limits"); an unknown key, a wrong type, a
+// negative number, a fraction where an integer is needed, or NaN stops the process with a
+// message naming the key (`limits.maxActiveExchanges: ...`). Secrets never live here: the
+// config names the environment variables that hold them.
+
+import { z } from 'zod'
+
+const int = (min: number) => z.number().int().min(min)
+const MiB = 1024 * 1024
+
+/** 0, null or "Infinity" disable the per-session pending cap (DESIGN.md "Sessions"). */
+const pendingCap = z.union([int(0), z.null(), z.literal('Infinity')])
+
+export const limitsSchema = z.strictObject({
+  maxActiveExchanges: int(1).max(65535).default(32),
+  maxQueuedExchanges: int(0).max(65535).default(128),
+  queueWaitMs: int(1).default(30_000),
+  parsePermits: int(1).max(1024).default(1),
+  parseWaitMs: int(1).default(30_000),
+  maxPendingPromptsPerSession: pendingCap.default(5),
+  maxActivePerSession: int(1).default(1),
+  sseFrameBytes: int(1024).default(MiB),
+  maxOutputItems: int(1).default(256),
+  maxOutputBytes: int(1).default(8 * MiB),
+  maxBodyBytes: int(1).default(16 * MiB),
+  maxJsonDepth: int(1).max(100_000).default(128),
+  maxJsonNodes: int(1).default(1_000_000),
+  storageBytes: int(0).max(Number.MAX_SAFE_INTEGER).default(256 * MiB),
+  workerHeapMb: int(16).default(128),
+  workerYoungGenMb: int(1).default(16),
+  /** Admission refuses with worker_heap_exhausted above this fraction of the heap limit. */
+  workerHeapAdmitFraction: z.number().gt(0).max(1).default(0.85),
+  parserHeapMb: int(16).default(256),
+  parserYoungGenMb: int(1).default(16),
+  parserThreads: int(1).max(64).default(1),
+  healthGuardMs: int(1).default(1000),
+  drainMs: int(0).default(30_000),
+})
+
+export const upstreamSchema = z.strictObject({
+  connectTimeoutMs: int(1).default(10_000),
+  firstByteTimeoutMs: int(1).default(120_000),
+  idleTimeoutMs: int(1).default(120_000),
+  keepAliveTimeoutMs: int(1).default(30_000),
+  connections: int(1).default(64),
+})
+
+const modelPattern = z.string().min(1).regex(/^[^*]*\*?$/, 'a model name, optionally ending in one *')
+
+export const keySchema = z.strictObject({
+  name: z.string().min(1),
+  /** Hex SHA-256 of the gateway key. The key itself is never stored. */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 (64 characters)'),
+  models: z.array(modelPattern).min(1).default(['*']),
+  /** Maximum exchanges per run identity (x-sluice-run-id); null = no cap. */
+  maxTurnsPerRun: z.union([int(1), z.null()]).default(null),
+})
+
+export const protocols = ['openai-chat', 'openai-responses', 'anthropic'] as const
+export type Protocol = typeof protocols[number]
+
+export const providerSchema = z.strictObject({
+  name: z.string().min(1),
+  protocol: z.enum(protocols),
+  /** Base URL without the /v1 suffix, or "sim" for the embedded simulated provider. */
+  baseUrl: z.union([z.literal('sim'), z.url({ protocol: /^https?$/ })]),
+  /** Environment variable holding the provider's API key; null for none (e.g. the sim). */
+  apiKeyEnv: z.union([z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.null()]).default(null),
+  models: z.array(modelPattern).min(1),
+  aliases: z.record(z.string().min(1), z.string().min(1)).default({}),
+})
+
+export const configSchema = z.strictObject({
+  listen: z.strictObject({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: int(0).max(65535).default(8080),
+    adminHost: z.string().min(1).default('127.0.0.1'),
+    adminPort: int(0).max(65535).default(9090),
+  }).default({ host: '127.0.0.1', port: 8080, adminHost: '127.0.0.1', adminPort: 9090 }),
+  workers: int(1).max(64).default(1),
+  limits: limitsSchema.default(limitsSchema.parse({})),
+  upstream: upstreamSchema.default(upstreamSchema.parse({})),
+  keys: z.array(keySchema).default([]),
+  providers: z.array(providerSchema).default([]),
+  signing: z.strictObject({
+    keyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).default('SLUICE_SIGNING_KEY'),
+  }).default({ keyEnv: 'SLUICE_SIGNING_KEY' }),
+  telemetry: z.strictObject({
+    serviceName: z.string().min(1).default('sluice'),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  }).default({ serviceName: 'sluice', logLevel: 'info' }),
+  /** The embedded simulated provider (providers with baseUrl "sim"). */
+  sim: z.strictObject({
+    enabled: z.boolean().default(false),
+    port: int(0).max(65535).default(0),
+  }).default({ enabled: false, port: 0 }),
+})
+
+export type ConfigInput = z.input<typeof configSchema>
+export type Config = z.output<typeof configSchema>
+export type Limits = Config['limits']
+export type ProviderConfig = Config['providers'][number]
+export type KeyConfig = Config['keys'][number]

@@ -1,0 +1,25 @@
+// Logging: pino, JSON lines, credentials redacted wherever they could appear.
+
+import pino, { type Logger } from 'pino'
+
+/** Paths that may carry a credential; redaction paths are compiled once, here. */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+  'authorization',
+  '["x-api-key"]',
+  'apiKey',
+  'key',
+]
+
+export function createLogger (level: string, destination?: pino.DestinationStream): Logger {
+  const opts: pino.LoggerOptions = {
+    level,
+    base: { pid: process.pid, service: 'sluice' },
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    timestamp: pino.stdTimeFunctions.isoTime,
+  }
+  return destination ? pino(opts, destination) : pino(opts)
+}

@@ -1,0 +1,51 @@
+// Admission of one exchange, before its body is read: drain check, heap check, exchange gate.
+//
+// The heap check reads this worker's own V8 heap against its fixed limit (resourceLimits):
+// above `workerHeapAdmitFraction` of the limit the exchange is refused with
+// `worker_heap_exhausted` instead of being admitted into a heap that may not hold it.
+
+import { getHeapStatistics } from 'node:v8'
+import { SluiceError } from '../src/errors.ts'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import type { Limits } from '../src/config/schema.ts'
+import { Holdings, type Party } from './holdings.ts'
+
+export interface HeapFigures { used: number; limit: number; external: number }
+
+export function heapFigures (): HeapFigures {
+  const h = getHeapStatistics()
+  return { used: h.used_heap_size, limit: h.heap_size_limit, external: h.external_memory }
+}
+
+export class Admission {
+  private readonly ledger: Ledger
+  private readonly limits: Limits
+
+  constructor (ledger: Ledger, limits: Limits) {
+    this.ledger = ledger
+    this.limits = limits
+  }
+
+  /** Throws worker_heap_exhausted when this worker's heap is above its admission limit. */
+  checkHeap (): void {
+    const h = heapFigures()
+    this.ledger.reportHeap(h.used, h.limit, h.external)
+    const admitLimit = Math.floor(h.limit * this.limits.workerHeapAdmitFraction)
+    if (h.used > admitLimit) {
+      throw new SluiceError('worker_heap_exhausted', { heapUsed: h.used, heapLimit: h.limit, admitLimit })
+    }
+  }
+
+  /**
+   * Takes an exchange permit for a new exchange, or throws the refusal. The returned
+   * Holdings owns the permit; it is released once every party in `parties` has settled.
+   */
+  async admit (signal: AbortSignal, parties: readonly Party[], onQueued?: () => void): Promise<Holdings> {
+    if (this.ledger.draining) throw new SluiceError('shutting_down')
+    this.checkHeap()
+    await this.ledger.exchange.acquire({ signal, onQueued, deadline: Date.now() + this.limits.queueWaitMs })
+    const h = new Holdings(this.ledger, parties)
+    h.tookExchange()
+    return h
+  }
+}

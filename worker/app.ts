@@ -1,0 +1,58 @@
+// The fastify application of one HTTP worker.
+
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import { SluiceError } from '../src/errors.ts'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import type { Config } from '../src/config/schema.ts'
+import { Admission } from './admission.ts'
+import { registerTestHooks } from './test-hooks.ts'
+
+export interface AppDeps {
+  config: Config
+  ledger: Ledger
+  testHooks: boolean
+}
+
+export interface App {
+  fastify: FastifyInstance
+  admission: Admission
+}
+
+export function buildApp (deps: AppDeps): App {
+  const fastify = Fastify({
+    logger: false,
+    // The gate, not the HTTP server, bounds concurrency; keep the server's own timeouts out
+    // of the way of long streams, but drop idle keep-alive sockets.
+    keepAliveTimeout: 30_000,
+    requestTimeout: 0,
+    bodyLimit: deps.config.limits.maxBodyBytes,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  })
+  const admission = new Admission(deps.ledger, deps.config.limits)
+
+  fastify.setErrorHandler((err: unknown, _req: FastifyRequest, reply: FastifyReply) => {
+    const e = err as { code?: unknown; statusCode?: number }
+    const se = err instanceof SluiceError
+      ? err
+      : e.code === 'FST_ERR_CTP_BODY_TOO_LARGE'
+        ? new SluiceError('payload_too_large', { limit: deps.config.limits.maxBodyBytes })
+        : e.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e.code === 'FST_ERR_CTP_EMPTY_JSON_BODY'
+          ? new SluiceError('invalid_json')
+          : SluiceError.from(err)
+    sendError(deps.ledger, reply, se)
+  })
+  fastify.setNotFoundHandler((_req, reply) => {
+    sendError(deps.ledger, reply, new SluiceError('not_found'))
+  })
+
+  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission)
+  return { fastify, admission }
+}
+
+/** The one refusal path: catalogue status, `Retry-After` where a retry can help, counted. */
+export function sendError (ledger: Ledger, reply: FastifyReply, err: SluiceError): void {
+  ledger.countRefusal(err.code)
+  if (reply.sent || reply.raw.headersSent) return
+  reply.code(err.status).headers(err.headers()).type('application/json').send(err.toBody())
+}

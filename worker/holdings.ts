@@ -1,0 +1,76 @@
+// What one exchange holds from the ledger, released exactly once.
+//
+// One Holdings object per exchange owns every permit and byte reservation the exchange took.
+// Release is idempotent per resource and is triggered by `settle()` only after every party
+// that can still touch the exchange has finished (DESIGN.md lifecycle step 9): the handler's
+// processing, the upstream's cancellation, and the actual HTTP finish/close. A permit is
+// never released "when the handler returns".
+
+import type { Ledger } from '../src/ledger/ledger.ts'
+
+export type Party = 'processing' | 'upstream' | 'http'
+
+export class Holdings {
+  private readonly ledger: Ledger
+  private exchange = false
+  private parse = false
+  private bytes = 0
+  private pending: Set<Party>
+  private released = false
+  private readonly onReleased: (() => void) | undefined
+
+  constructor (ledger: Ledger, parties: readonly Party[], onReleased?: () => void) {
+    this.ledger = ledger
+    this.pending = new Set(parties)
+    this.onReleased = onReleased
+  }
+
+  /** Marks an exchange permit as held (after a successful acquire). */
+  tookExchange (): void { this.assertOpen(); this.exchange = true }
+
+  /** Reserves bytes against the aggregate budget (throws a SluiceError when refused). */
+  reserve (n: number): void {
+    this.assertOpen()
+    this.ledger.storage.reserve(n)
+    this.bytes += n
+  }
+
+  /** Returns part of this exchange's reservation early (e.g. a body buffer dropped). */
+  unreserve (n: number): void {
+    if (n > this.bytes) throw new Error(`holdings: unreserve ${n} > held ${this.bytes}`)
+    this.ledger.storage.release(n)
+    this.bytes -= n
+  }
+
+  tookParse (): void { this.assertOpen(); this.parse = true }
+
+  /** The parse permit is a short hold: returned as soon as the parse settles. */
+  releaseParse (): void {
+    if (!this.parse) return
+    this.parse = false
+    this.ledger.parse.release()
+  }
+
+  get holdsExchange (): boolean { return this.exchange }
+  get heldBytes (): number { return this.bytes }
+  get isReleased (): boolean { return this.released }
+
+  /** One party has settled; everything is released when the last one does. */
+  settle (party: Party): void {
+    if (!this.pending.delete(party)) return
+    if (this.pending.size === 0) this.releaseAll()
+  }
+
+  private releaseAll (): void {
+    if (this.released) return
+    this.released = true
+    if (this.parse) { this.parse = false; this.ledger.parse.release() }
+    if (this.bytes > 0) { const b = this.bytes; this.bytes = 0; this.ledger.storage.release(b) }
+    if (this.exchange) { this.exchange = false; this.ledger.exchange.release() }
+    this.onReleased?.()
+  }
+
+  private assertOpen (): void {
+    if (this.released) throw new Error('holdings: already released')
+  }
+}

@@ -1,0 +1,39 @@
+// An HTTP worker thread: attaches to the ledger with its row, serves the data plane on the
+// shared port (reusePort), reports its heap, drains on request.
+
+import { parentPort, workerData } from 'node:worker_threads'
+import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
+import { attachLedger } from '../src/ledger/ledger.ts'
+import { buildApp } from './app.ts'
+import { heapFigures } from './admission.ts'
+
+const boot = workerData as WorkerBoot
+const port = parentPort!
+const send = (msg: WorkerToPrimary): void => port.postMessage(msg)
+
+const ledger = attachLedger(boot.ledger, boot.row)
+const { fastify } = buildApp({ config: boot.config, ledger, testHooks: boot.testHooks })
+
+const reportHeap = (): void => {
+  const h = heapFigures()
+  ledger.reportHeap(h.used, h.limit, h.external)
+}
+reportHeap()
+setInterval(reportHeap, 1000).unref()
+
+port.on('message', (msg: PrimaryToWorker) => {
+  if (msg.type === 'drain') {
+    // Stop accepting; in-flight exchanges finish (fastify close waits for them).
+    void fastify.close().then(() => send({ type: 'drained' }))
+  }
+})
+
+try {
+  // fastify 5 passes reusePort through to net.Server.listen, but its types lack it.
+  await fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof fastify.listen>[0])
+  const addr = fastify.server.address()
+  send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
+} catch (err) {
+  send({ type: 'fatal', error: (err as Error).message })
+  process.exit(1)
+}

@@ -1,0 +1,70 @@
+// Test-only routes, registered only when the primary was started with SLUICE_TEST_HOOKS=1.
+// They drive the real admission path and the real ledger so tests can hold permits and
+// bytes in a worker, then make that worker busy-loop, run out of heap, or exit.
+
+import type { FastifyInstance } from 'fastify'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import type { Admission } from './admission.ts'
+import { SluiceError } from '../src/errors.ts'
+import { sendError } from './app.ts'
+
+export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission): void {
+  // Admit one exchange, reserve `bytes`, stream one line, then hold everything until the
+  // client goes away or `ms` passes. The holdings are released when the response closes.
+  fastify.get<{ Querystring: { bytes?: string; ms?: string } }>('/_test/hold', async (req, reply) => {
+    const ac = new AbortController()
+    const res = reply.raw
+    const onClose = (): void => ac.abort()
+    res.once('close', onClose)
+    let holdings
+    try {
+      holdings = await admission.admit(ac.signal, ['processing', 'http'])
+    } catch (err) {
+      res.off('close', onClose)
+      sendError(ledger, reply, SluiceError.from(err))
+      return reply
+    }
+    res.once('close', () => holdings.settle('http'))
+    try {
+      holdings.reserve(Number(req.query.bytes ?? 0))
+    } catch (err) {
+      holdings.settle('processing')
+      sendError(ledger, reply, SluiceError.from(err))
+      return reply
+    }
+    reply.hijack()
+    res.writeHead(200, { 'content-type': 'text/plain' })
+    res.write(`held row=${ledger.row} bytes=${holdings.heldBytes}\n`)
+    const ms = Number(req.query.ms ?? 60_000)
+    const timer = setTimeout(() => res.end('released\n'), ms)
+    res.once('close', () => clearTimeout(timer))
+    holdings.settle('processing')
+    return reply
+  })
+
+  // Block this worker's event loop for `ms` (a stuck worker).
+  fastify.get<{ Querystring: { ms?: string } }>('/_test/busy', (req, reply) => {
+    reply.send({ row: ledger.row, busyMs: Number(req.query.ms ?? 1000) })
+    setImmediate(() => {
+      const end = Date.now() + Number(req.query.ms ?? 1000)
+      while (Date.now() < end) { /* spin */ }
+    })
+  })
+
+  // Grow the JS heap until the worker dies of its heap limit.
+  fastify.get('/_test/oom', (_req, reply) => {
+    reply.send({ row: ledger.row, dying: 'oom' })
+    setImmediate(() => {
+      const keep: unknown[] = []
+      for (;;) keep.push({ a: new Array(1024).fill(keep.length), s: 'x'.repeat(64) + keep.length })
+    })
+  })
+
+  // Exit the worker thread outright.
+  fastify.get('/_test/exit', (_req, reply) => {
+    reply.send({ row: ledger.row, dying: 'exit' })
+    setImmediate(() => process.exit(3))
+  })
+
+  fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
+}
