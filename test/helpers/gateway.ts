@@ -1,0 +1,136 @@
+// Starts the real `sluice serve` as a child process (the real primary, workers, ledger and
+// admin plane) and gives tests handles on it: ports, metrics, logs, stop.
+
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Client, request } from 'undici'
+
+export const ROOT = new URL('../../', import.meta.url).pathname
+export const NODE = process.execPath
+export const BIN = join(ROOT, 'bin/sluice.ts')
+
+export interface Gateway {
+  proc: ChildProcess
+  port: number
+  adminPort: number
+  logs: string[]
+  /** Resolves with the exit code once the process has exited. */
+  exited: Promise<number | null>
+  metrics (): Promise<Map<string, number>>
+  stop (): Promise<number | null>
+}
+
+export function writeConfig (config: unknown): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-test-'))
+  const file = join(dir, 'config.json')
+  writeFileSync(file, JSON.stringify(config))
+  return file
+}
+
+export async function startGateway (config: Record<string, unknown>, opts: { env?: Record<string, string>; args?: string[] } = {}): Promise<Gateway> {
+  const file = writeConfig({ listen: { port: 0, adminPort: 0 }, ...config })
+  const proc = spawn(NODE, [BIN, 'serve', '--config', file, ...(opts.args ?? [])], {
+    env: { ...process.env, SLUICE_TEST_HOOKS: '1', ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const logs: string[] = []
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
+  const ready = new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
+    let buf = ''
+    proc.stdout!.setEncoding('utf8')
+    proc.stdout!.on('data', (chunk: string) => {
+      buf += chunk
+      let nl
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl)
+        buf = buf.slice(nl + 1)
+        logs.push(line)
+        try {
+          const j = JSON.parse(line)
+          if (j.msg === 'sluice ready') resolve({ port: j.port, adminPort: j.adminPort })
+        } catch {}
+      }
+    })
+    proc.stderr!.setEncoding('utf8')
+    proc.stderr!.on('data', (chunk: string) => logs.push(`stderr: ${chunk}`))
+    void exited.then((code) => reject(new Error(`sluice exited with ${code} before ready:\n${logs.join('\n')}`)))
+  })
+  const { port, adminPort } = await ready
+  return {
+    proc,
+    port,
+    adminPort,
+    logs,
+    exited,
+    metrics: () => scrape(adminPort),
+    async stop () {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM')
+      return exited
+    },
+  }
+}
+
+/** Prometheus text -> map of "name{labels}" -> value. */
+export async function scrape (adminPort: number): Promise<Map<string, number>> {
+  const res = await request(`http://127.0.0.1:${adminPort}/metrics`)
+  const text = await res.body.text()
+  const out = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue
+    const sp = line.lastIndexOf(' ')
+    out.set(line.slice(0, sp), Number(line.slice(sp + 1)))
+  }
+  return out
+}
+
+/** The ledger's application-owned gauges that must return to zero when idle. */
+export const IDLE_GAUGES = [
+  'sluice_exchanges_active',
+  'sluice_exchanges_queued',
+  'sluice_parse_permits_in_use',
+  'sluice_parse_permits_queued',
+  'sluice_storage_bytes_reserved',
+]
+
+export function nonIdle (m: Map<string, number>): Record<string, number> {
+  const bad: Record<string, number> = {}
+  for (const k of IDLE_GAUGES) if (m.get(k) !== 0) bad[k] = m.get(k) ?? NaN
+  for (const [k, v] of m) {
+    if ((k.startsWith('sluice_worker_exchanges_held') || k.startsWith('sluice_worker_bytes_held')) && v !== 0) bad[k] = v
+  }
+  return bad
+}
+
+/** Polls until the gateway's ledger is idle (or the attempts run out); returns what is not. */
+export async function waitIdle (gw: Gateway, attempts = 100): Promise<Record<string, number>> {
+  let bad: Record<string, number> = {}
+  for (let i = 0; i < attempts; i++) {
+    bad = nonIdle(await gw.metrics())
+    if (Object.keys(bad).length === 0) return bad
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  return bad
+}
+
+/** A one-connection client pinned to the worker on `row` (reusePort spreads connections). */
+export async function clientOnRow (port: number, row: number, tries = 200): Promise<Client> {
+  for (let i = 0; i < tries; i++) {
+    const c = new Client(`http://127.0.0.1:${port}`, { pipelining: 1 })
+    const res = await c.request({ method: 'GET', path: '/_test/whoami' })
+    const j = await res.body.json() as { row: number }
+    if (j.row === row) return c
+    await c.close()
+  }
+  throw new Error(`no connection landed on worker row ${row}`)
+}
+
+export async function until (pred: () => Promise<boolean> | boolean, what: string, ms = 5000): Promise<void> {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    if (await pred()) return
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
