@@ -2,6 +2,7 @@
 // SDK would hide or retry. Used by the sim's own tests; usable against the gateway too.
 
 import { request, type IncomingHttpHeaders } from 'node:http'
+import type { Sim, SimEndEvent, SimRequestEvent } from './server.ts'
 
 export interface RawResponse {
   /** 0 when no response head arrived. */
@@ -12,6 +13,8 @@ export interface RawResponse {
   error: NodeJS.ErrnoException | null
   /** True when the probe gave up after `idleMs` without a byte (and closed the connection). */
   idle: boolean
+  /** True when the probe closed the connection itself (abortAfterBytes / abortAfterMs). */
+  aborted: boolean
   /** ms from sending the request to the response head. */
   headMs: number | null
 }
@@ -27,6 +30,8 @@ export interface RawRequestOptions {
   idleMs?: number
   /** Close the connection after this many body bytes. */
   abortAfterBytes?: number
+  /** Close the connection this long after sending the request. */
+  abortAfterMs?: number
 }
 
 export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<RawResponse> {
@@ -40,15 +45,17 @@ export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<Ra
   }
   const start = performance.now()
   return new Promise(resolve => {
-    const out: RawResponse = { status: 0, headers: {}, body: Buffer.alloc(0), error: null, idle: false, headMs: null }
+    const out: RawResponse = { status: 0, headers: {}, body: Buffer.alloc(0), error: null, idle: false, aborted: false, headMs: null }
     const chunks: Buffer[] = []
     let size = 0
     let timer: NodeJS.Timeout | undefined
+    let abortTimer: NodeJS.Timeout | undefined
     let settled = false
     const done = (): void => {
       if (settled) return
       settled = true
       clearTimeout(timer)
+      clearTimeout(abortTimer)
       out.body = Buffer.concat(chunks, size)
       resolve(out)
     }
@@ -71,6 +78,7 @@ export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<Ra
         size += chunk.length
         arm()
         if (opts.abortAfterBytes !== undefined && size >= opts.abortAfterBytes) {
+          out.aborted = true
           req.destroy()
           done()
         }
@@ -87,6 +95,13 @@ export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<Ra
       done()
     })
     arm()
+    if (opts.abortAfterMs !== undefined) {
+      abortTimer = setTimeout(() => {
+        out.aborted = true
+        req.destroy()
+        done()
+      }, opts.abortAfterMs)
+    }
     req.end(payload)
   })
 }
@@ -113,4 +128,33 @@ export function parseSse(body: string | Buffer): SseFrame[] {
     frames.push({ event, data: data.join('\n'), raw })
   }
   return frames
+}
+
+/**
+ * The next exchange the sim sees (optionally the next matching one): its 'request' event and
+ * its 'end' event. Register before sending the request.
+ */
+export function nextExchange(
+  sim: Pick<Sim, 'events'>,
+  match: (e: SimRequestEvent) => boolean = () => true,
+): { request: Promise<SimRequestEvent>; end: Promise<SimEndEvent> } {
+  let resolveEnd!: (e: SimEndEvent) => void
+  const end = new Promise<SimEndEvent>(resolve => {
+    resolveEnd = resolve
+  })
+  const request = new Promise<SimRequestEvent>(resolve => {
+    const onRequest = (e: SimRequestEvent): void => {
+      if (!match(e)) return
+      sim.events.off('request', onRequest)
+      resolve(e)
+      const onEnd = (x: SimEndEvent): void => {
+        if (x.id !== e.id) return
+        sim.events.off('end', onEnd)
+        resolveEnd(x)
+      }
+      sim.events.on('end', onEnd)
+    }
+    sim.events.on('request', onRequest)
+  })
+  return { request, end }
 }

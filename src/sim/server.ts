@@ -92,7 +92,7 @@ export interface Sim {
   close(): Promise<void>
 }
 
-export const DEFAULT_MODELS: readonly string[] = ['sim-model', 'gpt-5.5', 'gpt-4o-mini', 'claude-sonnet-4-5']
+export const DEFAULT_MODELS: readonly string[] = ['sim-model', 'gpt-5.5', 'gpt-4o-mini', 'claude-opus-5-5']
 
 const BATCH_BYTES = 16 * 1024
 const YIELD_BYTES = 256 * 1024
@@ -417,7 +417,7 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
         if (!(await flush())) return false
         ex.faulted = true
         res.flushHeaders()
-        res.socket?.destroySoon() // FIN after the written frames reach the kernel; no chunked terminator
+        await cutAfterFlush(res)
         return false
       case 'stall':
         if (!(await flush())) return false
@@ -443,6 +443,17 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
   }
   if (i === at && !(await fire(i))) return
   if (await flush()) res.end()
+}
+
+/**
+ * Closes the connection (FIN, no chunked terminator) once everything written so far is on the
+ * socket. Node keeps chunked writes in the response until a nextTick uncork, so ending the
+ * socket at once would drop them; one macrotask later they have reached the socket, and
+ * destroySoon() sends them before the FIN.
+ */
+async function cutAfterFlush(res: ServerResponse): Promise<void> {
+  await yieldTurn()
+  res.socket?.destroySoon()
 }
 
 async function jsonResponse(ex: Exchange, renderer: Renderer, script: Script, headers: Record<string, string>): Promise<void> {
@@ -480,7 +491,7 @@ async function jsonResponse(ex: Exchange, renderer: Renderer, script: Script, he
       head(body.length)
       res.write(body.subarray(0, body.length >> 1))
       ex.faulted = true
-      res.socket?.destroySoon()
+      await cutAfterFlush(res)
       return
     case 'stall':
       head(body.length)
