@@ -4,7 +4,7 @@
 //
 //   line   = *WSP "#sim" *( 1*WSP token ) *WSP
 //   token  = key [ "=" value ]          a bare key means key=1 (e.g. `parallel`)
-//   key    = ttft | tokens | interval | tools | parallel | fault | at | size | bytes
+//   key    = ttft | tokens | interval | tools | parallel | fault | at | size | bytes | thinking
 //
 // Numbers are non-negative decimal integers; a malformed number is ignored (the default
 // stays), a large one is clamped to the limit below. When the text holds several `#sim`
@@ -48,6 +48,12 @@ export interface SimDirective {
   size: number
   /** approximate bytes of each text delta; null = short words. */
   bytes: number | null
+  /**
+   * reasoning deltas before the answer (Anthropic thinking block with a signature, Responses
+   * reasoning item with a summary and encrypted_content; Chat has no reasoning channel).
+   * null = the protocol default: 2 when an Anthropic request enables thinking, else 0.
+   */
+  thinking: number | null
 }
 
 export const DEFAULT_DIRECTIVE: Readonly<SimDirective> = Object.freeze({
@@ -60,6 +66,7 @@ export const DEFAULT_DIRECTIVE: Readonly<SimDirective> = Object.freeze({
   at: null,
   size: 1536 * 1024,
   bytes: null,
+  thinking: null,
 })
 
 export const LIMITS = Object.freeze({
@@ -105,6 +112,11 @@ function apply(d: SimDirective, key: string, value: string): void {
     case 'at': {
       const n = int(value)
       if (n !== null) d.at = Math.min(n, LIMITS.at)
+      return
+    }
+    case 'thinking': {
+      const n = int(value)
+      if (n !== null) d.thinking = Math.min(n, LIMITS.tokens)
       return
     }
     case 'size':

@@ -1,8 +1,11 @@
 // Anthropic Messages: the named event stream and the `message` body.
 //
 // Stream layout (every frame has an `event:` line):
-//   message_start (usage.input_tokens, output_tokens 1), ping
-//   text block (index 0, when there is text): content_block_start, text_delta*, content_block_stop
+//   message_start (usage.input_tokens, output_tokens 1)
+//   thinking block (when thinking is on): content_block_start {type:"thinking"},
+//                    thinking_delta*, signature_delta, content_block_stop
+//   text block (when there is text): content_block_start, ping, text_delta*, content_block_stop
+//                    (the real API sends its ping there; without text it follows message_start)
 //   tool_use blocks: content_block_start {type:"tool_use",id,name,input:{}},
 //                    input_json_delta*, content_block_stop
 //   message_delta (stop_reason "end_turn" | "tool_use", usage.output_tokens), message_stop
@@ -22,13 +25,24 @@ function usage(script: Script, output: number): string {
 function stream(script: Script): FramePlan {
   const plan = new FramePlan()
   plan.one(() => named('message_start', `{"type":"message_start","message":{"id":"msg_${script.id}","type":"message","role":"assistant","model":${script.modelJson},"content":[],"stop_reason":null,"stop_sequence":null,"usage":${usage(script, 1)}}}`))
-  plan.one(() => named('ping', '{"type":"ping"}'))
+  const ping = (): string => named('ping', '{"type":"ping"}')
+  const text = script.text
+  if (text === null) plan.one(ping)
 
   let index = 0
-  const text = script.text
+  const thinking = script.thinking
+  if (thinking !== null) {
+    const b = index++
+    plan.one(() => named('content_block_start', `{"type":"content_block_start","index":${b},"content_block":{"type":"thinking","thinking":"","signature":""}}`))
+    const head = `event: content_block_delta\ndata: {"type":"content_block_delta","index":${b},"delta":{"type":"thinking_delta","thinking":"`
+    plan.add(thinking.count, j => head + thinking.piece(j) + '"}}\n\n')
+    plan.one(() => named('content_block_delta', `{"type":"content_block_delta","index":${b},"delta":{"type":"signature_delta","signature":"${script.signature}"}}`))
+    plan.one(() => named('content_block_stop', `{"type":"content_block_stop","index":${b}}`))
+  }
   if (text !== null) {
     const b = index++
     plan.one(() => named('content_block_start', `{"type":"content_block_start","index":${b},"content_block":{"type":"text","text":""}}`))
+    plan.one(ping)
     const head = `event: content_block_delta\ndata: {"type":"content_block_delta","index":${b},"delta":{"type":"text_delta","text":"`
     const tail = '"}}\n\n'
     if (script.directive.fault === 'oversize-frame') {
@@ -53,6 +67,7 @@ function stream(script: Script): FramePlan {
 function json(script: Script): string {
   const content: string[] = []
   // Text pieces are JSON-safe by construction (see script.ts), so quoting is enough.
+  if (script.thinking !== null) content.push(`{"type":"thinking","thinking":"${script.thinking.full()}","signature":"${script.signature}"}`)
   if (script.text !== null) content.push('{"type":"text","text":"' + script.text.full() + '"}')
   for (const tool of script.tools) {
     content.push(`{"type":"tool_use","id":"toolu_${tool.key}","name":${JSON.stringify(tool.name)},"input":${tool.args}}`)

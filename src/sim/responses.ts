@@ -2,7 +2,12 @@
 //
 // Stream layout (every event has `event:` and a `sequence_number` equal to its frame index):
 //   response.created, response.in_progress                    (status in_progress, output [])
-//   message item (output_index 0, when there is text):
+//   reasoning item (output_index 0, with `thinking=N`):
+//     output_item.added, reasoning_summary_part.added, reasoning_summary_text.delta*,
+//     reasoning_summary_text.done, reasoning_summary_part.done, output_item.done
+//     (the done item carries encrypted_content when the request includes
+//     "reasoning.encrypted_content")
+//   message item (next output_index, when there is text):
 //     output_item.added, content_part.added, output_text.delta*, output_text.done,
 //     content_part.done, output_item.done
 //   function_call items (output_index continues contiguously):
@@ -88,9 +93,24 @@ function functionItem(tool: ToolCall, status: string, argsJson: string): string 
   return `{"id":"${tool.itemId}","type":"function_call","status":"${status}","arguments":${argsJson},"call_id":"${callId(tool)}","name":${JSON.stringify(tool.name)}}`
 }
 
+function wantsEncryptedReasoning(script: Script): boolean {
+  const include = script.request.include
+  return Array.isArray(include) && include.includes('reasoning.encrypted_content')
+}
+
+function reasoningItem(script: Script, summaryJson: string): string {
+  const encrypted = wantsEncryptedReasoning(script) ? `,"encrypted_content":"${script.signature}"` : ''
+  return `{"id":"${script.reasoningItemId}","type":"reasoning","summary":${summaryJson}${encrypted}}`
+}
+
+function summaryPart(textJson: string): string {
+  return `{"type":"summary_text","text":${textJson}}`
+}
+
 /** Completed output items, in output_index order. */
 function outputJson(script: Script): string {
   const items: string[] = []
+  if (script.thinking !== null) items.push(reasoningItem(script, '[' + summaryPart('"' + script.thinking.full() + '"') + ']'))
   // Text pieces are JSON-safe by construction (see script.ts), so quoting is enough.
   if (script.text !== null) items.push(messageItem(script, 'completed', '[' + textPart('"' + script.text.full() + '"') + ']'))
   for (const tool of script.tools) items.push(functionItem(tool, 'completed', JSON.stringify(tool.args)))
@@ -104,6 +124,18 @@ function stream(script: Script): FramePlan {
   plan.one(seq => named('response.in_progress', `{"type":"response.in_progress","sequence_number":${seq},"response":${response('in_progress', '[]', 'null')}}`))
 
   let outputIndex = 0
+  const thinking = script.thinking
+  if (thinking !== null) {
+    const oi = outputIndex++
+    const ref = `"item_id":"${script.reasoningItemId}","output_index":${oi},"summary_index":0`
+    const fullJson = (): string => '"' + thinking.full() + '"'
+    plan.one(seq => named('response.output_item.added', `{"type":"response.output_item.added","sequence_number":${seq},"output_index":${oi},"item":{"id":"${script.reasoningItemId}","type":"reasoning","summary":[]}}`))
+    plan.one(seq => named('response.reasoning_summary_part.added', `{"type":"response.reasoning_summary_part.added","sequence_number":${seq},${ref},"part":${summaryPart('""')}}`))
+    plan.add(thinking.count, (j, seq) => named('response.reasoning_summary_text.delta', `{"type":"response.reasoning_summary_text.delta","sequence_number":${seq},${ref},"delta":"${thinking.piece(j)}"}`))
+    plan.one(seq => named('response.reasoning_summary_text.done', `{"type":"response.reasoning_summary_text.done","sequence_number":${seq},${ref},"text":${fullJson()}}`))
+    plan.one(seq => named('response.reasoning_summary_part.done', `{"type":"response.reasoning_summary_part.done","sequence_number":${seq},${ref},"part":${summaryPart(fullJson())}}`))
+    plan.one(seq => named('response.output_item.done', `{"type":"response.output_item.done","sequence_number":${seq},"output_index":${oi},"item":${reasoningItem(script, '[' + summaryPart(fullJson()) + ']')}}`))
+  }
   const text = script.text
   if (text !== null) {
     const oi = outputIndex++

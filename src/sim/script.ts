@@ -103,6 +103,12 @@ export interface Script {
   readonly messageItemId: string
   /** Null when the answer is tool calls only. */
   readonly text: TextPlan | null
+  /** Reasoning deltas (Anthropic thinking, Responses reasoning summary); null when none. */
+  readonly thinking: TextPlan | null
+  /** Anthropic thinking signature / Responses encrypted_content (base64, JSON-safe). */
+  readonly signature: string
+  /** Responses reasoning item id. */
+  readonly reasoningItemId: string
   readonly tools: readonly ToolCall[]
   readonly inputTokens: number
   /** Whether the request asked to stream. */
@@ -120,6 +126,7 @@ export function buildScript(
   // Draw order is part of the output contract: ids first, then tools, then the text pool.
   const id = rng.id()
   const messageItemId = 'msg_' + rng.id()
+  const reasoningItemId = 'rs_' + rng.id()
   const model = typeof request.model === 'string' && request.model !== '' ? request.model : 'sim-model'
 
   const declared = declaredTools(protocol, request)
@@ -139,6 +146,11 @@ export function buildScript(
     text = new TextPlan(directive.tokens, rng.next(), pool)
   }
 
+  const thinkingCount = directive.thinking ?? defaultThinking(protocol, request)
+  const thinking = protocol === 'openai-chat' || thinkingCount === 0 ? null : new TextPlan(thinkingCount, rng.next(), null)
+  // Deterministic stand-in for a provider signature: base64 of part of the body's hash.
+  const signature = 'Sim' + Buffer.from(seed.hex.slice(16, 64), 'hex').toString('base64')
+
   return {
     protocol,
     seed,
@@ -150,6 +162,9 @@ export function buildScript(
     id,
     messageItemId,
     text,
+    thinking,
+    signature,
+    reasoningItemId,
     tools,
     inputTokens: Math.max(1, Math.ceil(bodyBytes / 4)),
     stream: request.stream === true,
@@ -159,13 +174,14 @@ export function buildScript(
 /** Output tokens as the providers would report them: about four characters a token. */
 export function outputTokens(script: Script): number {
   let chars = script.text === null ? 0 : script.text.full().length
+  if (script.thinking !== null) chars += script.thinking.full().length
   for (const tool of script.tools) chars += tool.args.length
   return Math.max(1, Math.ceil(chars / 4))
 }
 
-/** Finish reason in OpenAI terms; renderers map it to their own vocabulary. */
-export function stopsForTools(script: Script): boolean {
-  return script.tools.length > 0
+/** Anthropic requests with `thinking: {type: "enabled"}` get a short thinking block. */
+function defaultThinking(protocol: SimProtocol, request: Record<string, unknown>): number {
+  return protocol === 'anthropic' && isObject(request.thinking) && request.thinking.type === 'enabled' ? 2 : 0
 }
 
 interface ToolSpec {

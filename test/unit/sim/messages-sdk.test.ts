@@ -100,3 +100,19 @@ t.test('models.list() accepts the shared model list', async t => {
   t.ok(ids.length > 0)
   t.ok(ids.includes('sim-model'))
 })
+
+t.test('thinking enabled: a thinking block with a signature comes first; thinking=0 turns it off', async t => {
+  const stream = client.messages.stream({ model: 'claude-opus-5-5', max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 512 }, tools, messages: [{ role: 'user', content: '#sim tokens=2 tools=1' }] })
+  const m = await stream.finalMessage()
+  t.same(m.content.map(b => b.type), ['thinking', 'text', 'tool_use'])
+  const th = m.content[0]
+  if (th.type === 'thinking') {
+    t.match(th.thinking, /^[A-Z][a-z]+ [a-z]+$/, 'two thinking deltas by default')
+    t.match(th.signature, /^Sim[A-Za-z0-9+/=]+$/)
+  }
+  const off = await client.messages.create({ model: 'claude-opus-5-5', max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 512 }, messages: [{ role: 'user', content: '#sim thinking=0' }] })
+  t.same(off.content.map(b => b.type), ['text'])
+  const many = await client.messages.create({ model: 'claude-opus-5-5', max_tokens: 1024, messages: [{ role: 'user', content: '#sim thinking=5 tokens=1' }] })
+  const first = many.content[0]
+  t.ok(first.type === 'thinking' && first.thinking.split(' ').length === 5, 'thinking=5 without the request asking')
+})

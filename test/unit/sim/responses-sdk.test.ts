@@ -102,3 +102,23 @@ t.test('a function_call_output after the user turn means no directive', async t 
   t.same(r.output.map(o => o.type), ['message'])
   t.match(r.output_text, /^[A-Z][a-z]+( [a-z]+){7}$/, 'default eight words')
 })
+
+t.test('stream(): thinking=3 gives a reasoning item with summary and encrypted_content first', async t => {
+  const stream = client.responses.stream({ model: 'gpt-5.5', reasoning: { effort: 'low', summary: 'auto' }, include: ['reasoning.encrypted_content'], store: false, input: '#sim thinking=3 tokens=2' })
+  const events: ResponseStreamEvent[] = []
+  for await (const e of stream) events.push(e)
+  const final = await stream.finalResponse()
+  t.same(final.output.map(o => o.type), ['reasoning', 'message'])
+  const reasoning = final.output[0]
+  if (reasoning.type === 'reasoning') {
+    const deltas = events.flatMap(e => (e.type === 'response.reasoning_summary_text.delta' ? [e.delta] : []))
+    t.equal(deltas.length, 3)
+    t.equal(reasoning.summary[0]?.text, deltas.join(''))
+    t.match(reasoning.encrypted_content, /^Sim[A-Za-z0-9+/=]+$/)
+  }
+  t.match(final.output_text, /^[A-Z][a-z]+ [a-z]+$/)
+  t.same(events.map(e => e.sequence_number), events.map((_e, i) => i))
+  const plain = await client.responses.create({ model: 'gpt-5.5', reasoning: { effort: 'low' }, input: '#sim thinking=1' })
+  const item = plain.output[0]
+  t.ok(item.type === 'reasoning' && item.encrypted_content === undefined, 'no encrypted_content unless included')
+})
