@@ -123,7 +123,7 @@ interface Waiter {
   slot: number
   settled: boolean
   resolve: () => void
-  reject: (err: SluiceError) => void
+  reject: (err: unknown) => void
   timer: ReturnType<typeof setTimeout> | undefined
   signal: AbortSignal | undefined
   onAbort: (() => void) | undefined
@@ -193,7 +193,6 @@ export class Gate {
         queueLimit: Atomics.load(this.i32, this.base + G_QUEUE_MAX),
       }))
     }
-    opts.onQueued?.()
     const deadline = opts.deadline ?? Date.now() + this.defaultWaitMs
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = { slot, settled: false, resolve, reject, timer: undefined, signal, onAbort: undefined }
@@ -203,6 +202,17 @@ export class Gate {
       if (signal) {
         w.onAbort = () => this.cancel(w, 'abort')
         signal.addEventListener('abort', w.onAbort, { once: true })
+      }
+      // onQueued is caller code: run it only once the waiter is fully registered, so an abort
+      // from inside it is seen at once, and a throw withdraws the waiter (counted as a cancel;
+      // a grant that raced in is put back) and rejects with that error instead of leaving an
+      // orphaned WAITING slot whose eventual grant nobody would ever claim.
+      if (opts.onQueued) {
+        try {
+          opts.onQueued()
+        } catch (err) {
+          this.cancel(w, 'abort', err)
+        }
       }
       this.watch(w)
     })
@@ -306,8 +316,11 @@ export class Gate {
     w.resolve()
   }
 
-  /** The owner's timeout or abort. Settles the waiter exactly once, whoever won the race. */
-  private cancel (w: Waiter, why: 'timeout' | 'abort'): void {
+  /**
+   * The owner's timeout or abort. Settles the waiter exactly once, whoever won the race.
+   * `error`, when given, is the rejection (an abort caused by a throwing onQueued).
+   */
+  private cancel (w: Waiter, why: 'timeout' | 'abort', error?: unknown): void {
     if (w.settled) return
     const { i32, base, core } = this
     const idx = this.stateIndex(w.slot)
@@ -343,7 +356,8 @@ export class Gate {
     if (handedTo >= 0) Atomics.notify(i32, this.stateIndex(handedTo))
     this.settle(w)
     if (outcome === 'granted') { w.resolve(); return }
-    if (why === 'abort') w.reject(new SluiceError('client_closed', { gate: this.name }))
+    if (error !== undefined) w.reject(error)
+    else if (why === 'abort') w.reject(new SluiceError('client_closed', { gate: this.name }))
     else w.reject(new SluiceError(this.codes.timeout, { gate: this.name, limit: Atomics.load(i32, base + G_MAX) }))
   }
 
