@@ -116,6 +116,9 @@ export interface GateSnapshot {
   reclaimed: number
 }
 
+/** The longest delay setTimeout honours; beyond it Node fires after 1 ms. */
+const MAX_TIMER_MS = 0x7fffffff
+
 const ENQUEUE_FULL = -1
 const ENQUEUE_GRANTED = -2
 
@@ -198,7 +201,7 @@ export class Gate {
       const w: Waiter = { slot, settled: false, resolve, reject, timer: undefined, signal, onAbort: undefined }
       // The timer is ref'd on purpose: a pending Atomics.waitAsync does not keep a thread's
       // event loop alive, the deadline timer does.
-      w.timer = setTimeout(() => this.cancel(w, 'timeout'), Math.max(0, deadline - Date.now()))
+      this.arm(w, deadline)
       if (signal) {
         w.onAbort = () => this.cancel(w, 'abort')
         signal.addEventListener('abort', w.onAbort, { once: true })
@@ -359,6 +362,18 @@ export class Gate {
     if (error !== undefined) w.reject(error)
     else if (why === 'abort') w.reject(new SluiceError('client_closed', { gate: this.name }))
     else w.reject(new SluiceError(this.codes.timeout, { gate: this.name, limit: Atomics.load(i32, base + G_MAX) }))
+  }
+
+  /**
+   * Arms the deadline timer. setTimeout fires after 1 ms when asked for more than 2^31-1 ms,
+   * so a farther deadline is reached in steps.
+   */
+  private arm (w: Waiter, deadline: number): void {
+    if (w.settled) return
+    const left = deadline - Date.now()
+    w.timer = left > MAX_TIMER_MS
+      ? setTimeout(() => this.arm(w, deadline), MAX_TIMER_MS)
+      : setTimeout(() => this.cancel(w, 'timeout'), Math.max(0, left))
   }
 
   private fail (w: Waiter, err: unknown): void {
