@@ -1,7 +1,8 @@
 // OpenAI Chat Completions: `chat.completion.chunk` frames and the `chat.completion` body.
 //
-// Stream layout (frame indexes in brackets):
-//   [0] role chunk — {"role":"assistant","content":""} (or content null when there is no text)
+// Stream layout:
+//   role chunk — {"role":"assistant","content":""}; when the answer is tool calls only, the
+//                role rides on the first tool-call head instead (content null), as in the API
 //   text deltas — {"content":"..."}
 //   tool calls — per tool a head {index,id,type:"function",function:{name,arguments:""}} then
 //                argument deltas; with `parallel=1` all heads first, then the argument deltas
@@ -19,8 +20,7 @@ const DONE = 'data: [DONE]\n\n'
 
 function usageJson(script: Script): string {
   const out = outputTokens(script)
-  return `{"prompt_tokens":${script.inputTokens},"completion_tokens":${out},"total_tokens":${script.inputTokens + out},` +
-    `"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}`
+  return `{"prompt_tokens":${script.inputTokens},"completion_tokens":${out},"total_tokens":${script.inputTokens + out}}`
 }
 
 function finishReason(script: Script): string {
@@ -43,7 +43,11 @@ function stream(script: Script): FramePlan {
 
   const plan = new FramePlan()
   const text = script.text
-  plan.one(() => chunk(text !== null ? '{"role":"assistant","content":""}' : '{"role":"assistant","content":null}'))
+  // As the real API does: the role rides on its own chunk before text, or on the first
+  // tool-call head when the answer is tool calls only.
+  const tools = script.tools
+  const roleOnHead = text === null && tools.length > 0
+  if (!roleOnHead) plan.one(() => chunk(text !== null ? '{"role":"assistant","content":""}' : '{"role":"assistant","content":null}'))
   if (text !== null) {
     const textDelta = (piece: string): string => chunk('{"content":"' + piece + '"}')
     if (script.directive.fault === 'oversize-frame') {
@@ -52,10 +56,10 @@ function stream(script: Script): FramePlan {
     plan.add(text.count, j => textDelta(text.piece(j)))
   }
 
-  const tools = script.tools
   const toolHead = (k: number): string => {
     const t = tools[k]
-    return chunk(`{"tool_calls":[{"index":${k},"id":"${callId(t)}","type":"function","function":{"name":${JSON.stringify(t.name)},"arguments":""}}]}`)
+    const role = roleOnHead && k === 0 ? '"role":"assistant","content":null,' : ''
+    return chunk(`{${role}"tool_calls":[{"index":${k},"id":"${callId(t)}","type":"function","function":{"name":${JSON.stringify(t.name)},"arguments":""}}]}`)
   }
   const toolArgs = (k: number, c: number): string =>
     chunk(`{"tool_calls":[{"index":${k},"function":{"arguments":"${tools[k].chunks[c]}"}}]}`)
