@@ -54,6 +54,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     parseQueue: limits.maxActiveExchanges,
     parseWaitMs: limits.parseWaitMs,
     storageBytes: limits.storageBytes,
+    runSlots: limits.maxTrackedRuns,
     threads: config.workers,
   })
 

@@ -75,6 +75,7 @@ export type ErrorDetails = Record<string, string | number | boolean | null>
 export class SluiceError extends Error {
   readonly code: ErrorCode
   readonly details: ErrorDetails
+  private statusOverride: number | null = null
 
   constructor (code: ErrorCode, details: ErrorDetails = {}, message?: string) {
     super(message ?? catalogue[code].message)
@@ -83,7 +84,13 @@ export class SluiceError extends Error {
     this.details = details
   }
 
-  get status (): number { return catalogue[this.code].status }
+  get status (): number { return this.statusOverride ?? catalogue[this.code].status }
+
+  /** A provider's own 4xx passed through as the status (provider_error only). */
+  withStatus (status: number): this {
+    this.statusOverride = status
+    return this
+  }
   get side (): Side { return catalogue[this.code].side }
   get retryAfterSeconds (): number | null {
     const d = this.details.retryAfterSeconds

@@ -33,7 +33,9 @@ export const H_ROWS = 4
 /** Per gate: maxPermits at H_GATE_DIMS + 2*g, maxQueued at H_GATE_DIMS + 2*g + 1. */
 export const H_GATE_DIMS = 5
 export const H_DRAINING = H_GATE_DIMS + 2 * GATES // 9: 1 while the gateway drains for shutdown
-export const HEADER32_FIELDS = H_DRAINING + 1
+/** Slots in the run table (turn pins). */
+export const H_RUN_SLOTS = H_DRAINING + 1
+export const HEADER32_FIELDS = H_RUN_SLOTS + 1
 
 // ---- Int32 per gate ----
 export const G_MAX = 0          // permits
@@ -77,6 +79,13 @@ export const B_REPAIRS = 5          // lock repairs after a holder died inside a
 export const B_ROW_RECLAIMS = 6     // dead rows reclaimed
 export const BUDGET64_FIELDS = 7
 
+// ---- Int32 run table (turn pins): run identity hash -> exchanges taken ----
+export const RUN_HASH_A = 0
+export const RUN_HASH_B = 1         // (A, B) = 64 bits of SHA-256 of "key\0run"; (0, 0) = empty
+export const RUN_COUNT = 2
+export const RUN_LAST_USED = 3      // seconds since the ledger's epoch, for LRU eviction
+export const RUN_FIELDS = 4
+
 // ---- rows: one per participating thread (row 0 = the primary) ----
 export const R_STATE = 0            // ROW_UNUSED | ROW_ALIVE | ROW_DEAD
 export const R_GENERATION = 1       // bumped each time the row is (re)assigned
@@ -105,6 +114,8 @@ export interface GateDims { readonly maxPermits: number; readonly maxQueued: num
 export interface LedgerDims {
   readonly gates: readonly GateDims[]
   readonly rows: number
+  /** Run-table slots (turn pins); 0 disables the table. */
+  readonly runs: number
 }
 
 export interface Layout {
@@ -119,6 +130,8 @@ export interface Layout {
   /** Int32 index of gate g's first waiter slot. */
   readonly slot32: readonly number[]
   readonly budget64: number
+  /** Int32 index of the run table. */
+  readonly runs32: number
   /** Int32 index of row r's block. */
   row32 (r: number): number
   /** BigInt64 index of row r's block. */
@@ -138,7 +151,10 @@ export function computeLayout (dims: LedgerDims): Layout {
   for (let g = 0; g < GATES; g++) { gate32.push(at); at += GATE32_FIELDS }
   for (const g of dims.gates) { slot32.push(at); at += (g.maxQueued + g.maxPermits) * SLOT_FIELDS }
   const rowBase32 = at
-  const i32Length = rowBase32 + dims.rows * ROW32_FIELDS
+  const runs32 = rowBase32 + dims.rows * ROW32_FIELDS
+  const runs = dims.runs ?? 0
+  if (!Number.isInteger(runs) || runs < 0) throw new RangeError('run slots must be a non-negative integer')
+  const i32Length = runs32 + runs * RUN_FIELDS
   const i64ByteOffset = 8 * Math.ceil((i32Length * 4) / 8)
   const budget64 = 0
   const rowBase64 = budget64 + BUDGET64_FIELDS
@@ -152,6 +168,7 @@ export function computeLayout (dims: LedgerDims): Layout {
     gate32,
     slot32,
     budget64,
+    runs32,
     row32: (r) => rowBase32 + r * ROW32_FIELDS,
     row64: (r) => rowBase64 + r * ROW64_FIELDS,
   }
@@ -163,5 +180,5 @@ export function dimsOf (sab: SharedArrayBuffer): LedgerDims {
   if (h[H_MAGIC] !== MAGIC || h[H_VERSION] !== LAYOUT_VERSION) throw new Error('not a sluice ledger buffer (or another layout version)')
   const gates: GateDims[] = []
   for (let g = 0; g < GATES; g++) gates.push({ maxPermits: h[H_GATE_DIMS + 2 * g], maxQueued: h[H_GATE_DIMS + 2 * g + 1] })
-  return { rows: h[H_ROWS], gates }
+  return { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS] }
 }

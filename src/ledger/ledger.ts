@@ -25,13 +25,14 @@ import { LedgerCore } from './core.ts'
 import { Gate, initGate, reclaimGateLocked, type GateSnapshot } from './gate.ts'
 import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
-  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
+  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
   ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS,
   computeLayout,
 } from './layout.ts'
 import { errorCodes, type ErrorCode } from '../errors.ts'
 import { readTotal } from './gate.ts'
+import { RunTable } from './runs.ts'
 
 if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
 const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
@@ -44,6 +45,8 @@ export interface LedgerOptions {
   parseQueue: number
   parseWaitMs: number
   storageBytes: number
+  /** Run-table slots for turn pins (default 4096). */
+  runSlots?: number
   /** Rows besides the primary's: one per HTTP worker (plus any test threads). */
   threads: number
 }
@@ -82,6 +85,7 @@ export class Ledger {
   readonly exchange: Gate
   readonly parse: Gate
   readonly storage: ByteBudget
+  readonly runs: RunTable
   readonly init: LedgerHandleInit
 
   constructor (init: LedgerHandleInit, row: number) {
@@ -90,6 +94,7 @@ export class Ledger {
     this.exchange = new Gate(this.core, GATE_EXCHANGE, 'exchange', { full: 'capacity_exhausted', timeout: 'capacity_timeout' }, init.queueWaitMs)
     this.parse = new Gate(this.core, GATE_PARSE, 'parse', { full: 'parse_capacity_exhausted', timeout: 'parse_capacity_timeout' }, init.parseWaitMs)
     this.storage = new ByteBudget(this.core)
+    this.runs = new RunTable(this.core)
   }
 
   get row (): number { return this.core.row }
@@ -222,6 +227,7 @@ export class Ledger {
 export function createLedger (opts: LedgerOptions): Ledger {
   const dims = {
     rows: 1 + opts.threads,
+    runs: opts.runSlots ?? 4096,
     gates: [
       { maxPermits: opts.maxActive, maxQueued: opts.maxQueued },
       { maxPermits: opts.parsePermits, maxQueued: opts.parseQueue },
@@ -234,6 +240,7 @@ export function createLedger (opts: LedgerOptions): Ledger {
   const i64 = new BigInt64Array(sab, layout.i64ByteOffset, layout.i64Length)
   i32[H_VERSION] = LAYOUT_VERSION
   i32[H_ROWS] = dims.rows
+  i32[H_RUN_SLOTS] = dims.runs
   for (let g = 0; g < GATES; g++) {
     i32[H_GATE_DIMS + 2 * g] = dims.gates[g].maxPermits
     i32[H_GATE_DIMS + 2 * g + 1] = dims.gates[g].maxQueued

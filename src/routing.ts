@@ -1,0 +1,64 @@
+// Model -> provider routing, and the key's model pin. Built once per worker at start.
+
+import type { KeyConfig, Protocol, ProviderConfig } from './config/schema.ts'
+import { matchesAny } from './config/load.ts'
+import { SluiceError } from './errors.ts'
+
+export type RouteProtocol = Protocol
+
+export interface ResolvedProvider {
+  readonly config: ProviderConfig
+  readonly baseUrl: string
+  readonly apiKey: string | null
+}
+
+export class Router {
+  readonly providers: readonly ResolvedProvider[]
+  /** alias -> target model, over every provider (the parser rewrites aliases). */
+  readonly aliases: Readonly<Record<string, string>>
+
+  constructor (providers: readonly ProviderConfig[], simUrl: string | null, env: NodeJS.ProcessEnv) {
+    this.providers = providers.map((p) => ({
+      config: p,
+      baseUrl: (p.baseUrl === 'sim' ? simUrl ?? '' : p.baseUrl).replace(/\/+$/, ''),
+      apiKey: p.apiKeyEnv ? env[p.apiKeyEnv] ?? null : null,
+    }))
+    const aliases: Record<string, string> = {}
+    for (const p of providers) Object.assign(aliases, p.aliases)
+    this.aliases = aliases
+  }
+
+  /** The provider serving `model` (first match in config order), or throws model_not_found. */
+  resolve (model: string): ResolvedProvider {
+    for (const p of this.providers) if (matchesAny(model, p.config.models)) return p
+    throw new SluiceError('model_not_found', { model })
+  }
+
+  /** The key's model pin. */
+  static checkPin (key: KeyConfig, model: string): void {
+    if (!matchesAny(model, key.models)) throw new SluiceError('model_not_allowed', { model, key: key.name })
+  }
+
+  /** Same-protocol only for now: a route whose provider speaks another protocol is refused. */
+  static checkProtocol (route: RouteProtocol, provider: ResolvedProvider, model: string): void {
+    if (provider.config.protocol !== route) {
+      throw new SluiceError('protocol_mismatch', {
+        model,
+        route,
+        providerProtocol: provider.config.protocol,
+        supported: `same protocol only: send ${provider.config.protocol} requests for this model (translation between protocols is not built yet)`,
+      })
+    }
+  }
+
+  /** Every model id a caller may name (for GET /v1/models): exact names and aliases. */
+  listModels (key: KeyConfig): string[] {
+    const out = new Set<string>()
+    for (const p of this.providers) {
+      for (const m of [...p.config.models, ...Object.keys(p.config.aliases)]) {
+        if (!m.endsWith('*') && matchesAny(m, key.models)) out.add(m)
+      }
+    }
+    return [...out]
+  }
+}

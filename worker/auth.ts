@@ -1,0 +1,42 @@
+// Authentication before the body is read: gateway key -> principal (the key's config entry).
+//
+// The presented key is hashed once (SHA-256) and compared against EVERY configured hash with
+// timingSafeEqual, without an early exit, so the time taken does not depend on which key (if
+// any) matched.
+
+import { createHash, timingSafeEqual } from 'node:crypto'
+import type { IncomingHttpHeaders } from 'node:http'
+import type { KeyConfig } from '../src/config/schema.ts'
+import { SluiceError } from '../src/errors.ts'
+
+export class Authenticator {
+  private readonly keys: ReadonlyArray<{ hash: Buffer; key: KeyConfig }>
+
+  constructor (keys: readonly KeyConfig[]) {
+    this.keys = keys.map((key) => ({ hash: Buffer.from(key.sha256, 'hex'), key }))
+  }
+
+  /** The principal for these headers, or throws `unauthorized`. */
+  authenticate (headers: IncomingHttpHeaders): KeyConfig {
+    const presented = presentedKey(headers)
+    if (presented === null) throw new SluiceError('unauthorized', {}, 'no gateway key: send Authorization: Bearer <key> or x-api-key')
+    const digest = createHash('sha256').update(presented).digest()
+    let found: KeyConfig | null = null
+    for (const k of this.keys) {
+      if (timingSafeEqual(digest, k.hash) && found === null) found = k.key
+    }
+    if (found === null) throw new SluiceError('unauthorized')
+    return found
+  }
+}
+
+export function presentedKey (headers: IncomingHttpHeaders): string | null {
+  const auth = headers.authorization
+  if (typeof auth === 'string') {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth)
+    if (m) return m[1]
+  }
+  const x = headers['x-api-key']
+  if (typeof x === 'string' && x.length > 0) return x
+  return null
+}
