@@ -78,6 +78,14 @@ export class TextPlan {
     return j === 0 ? CAPITALISED[h % WORDS.length] : SPACED[h % WORDS.length]
   }
 
+  /** Total characters, without building the text (usage on long streams). */
+  length(): number {
+    if (this.#full !== null) return this.#full.length
+    let n = 0
+    for (let j = 0; j < this.#count; j++) n += this.piece(j).length
+    return n
+  }
+
   full(): string {
     if (this.#full === null) {
       const parts = new Array<string>(this.#count)
@@ -173,8 +181,8 @@ export function buildScript(
 
 /** Output tokens as the providers would report them: about four characters a token. */
 export function outputTokens(script: Script): number {
-  let chars = script.text === null ? 0 : script.text.full().length
-  if (script.thinking !== null) chars += script.thinking.full().length
+  let chars = script.text === null ? 0 : script.text.length()
+  if (script.thinking !== null) chars += script.thinking.length()
   for (const tool of script.tools) chars += tool.args.length
   return Math.max(1, Math.ceil(chars / 4))
 }
