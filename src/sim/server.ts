@@ -385,7 +385,8 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
   let batch = ''
   let sinceYield = 0
   const flush = async (): Promise<boolean> => {
-    if (batch.length === 0) return !ex.closed
+    if (ex.closed) return false
+    if (batch.length === 0) return true
     const chunk = batch
     batch = ''
     sinceYield += chunk.length
