@@ -233,6 +233,8 @@ export interface LifeEnd {
 export interface Life {
   row: number
   worker: Worker
+  /** Resolves when the thread has started running. */
+  online: Promise<void>
   end: Promise<LifeEnd>
   /** The next message (other than the final 'done') from the thread. */
   next (): Promise<unknown>
@@ -280,13 +282,33 @@ export function spawn<D> (ledger: Ledger, obs: Observer, url: URL, row: number, 
       resolve({ code, error, tally, reclaimed, again, result, violations })
     })
   })
+  const online = new Promise<void>((resolve) => worker.once('online', () => resolve()))
   return {
     row,
     worker,
+    online,
     end,
     next: () => inbox.length > 0 ? Promise.resolve(inbox.shift()) : new Promise((resolve) => readers.push(resolve)),
     send: (msg) => worker.postMessage(msg),
   }
+}
+
+/** A queue of messages read in order, each at most once. */
+export class Mailbox {
+  private readonly inbox: unknown[] = []
+  private readonly readers: Array<(m: unknown) => void> = []
+
+  push (m: unknown): void {
+    const r = this.readers.shift()
+    if (r) r(m)
+    else this.inbox.push(m)
+  }
+
+  next (): Promise<unknown> {
+    return this.inbox.length > 0 ? Promise.resolve(this.inbox.shift()) : new Promise((resolve) => this.readers.push(resolve))
+  }
+
+  get waiting (): number { return this.inbox.length }
 }
 
 /** Waits until `cond()` holds, checking on every turn of the event loop. */
