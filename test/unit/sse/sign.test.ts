@@ -48,7 +48,7 @@ t.test('sign and verify round trip; the signature is HMAC-SHA256 hex over the ca
   const expected = createHmac('sha256', key).update('sluice-failure-record/v1\n' + canonicalJson(r)).digest('hex')
   t.equal(sig, expected, 'a verifier can reproduce it from the documented rule')
   // As a client would receive it: parsed from JSON, keys in another order.
-  const shuffled = Object.fromEntries(Object.entries(JSON.parse(JSON.stringify(r))).reverse()) as FailureRecord
+  const shuffled = Object.fromEntries(Object.entries(JSON.parse(JSON.stringify(r))).reverse()) as unknown as FailureRecord
   t.ok(verifyRecord(shuffled, sig, key), 'key order does not matter')
   t.equal(signRecord(r, key), sig, 'deterministic')
 })
