@@ -4,10 +4,14 @@
 // observes those same chunks. It never alters, delays or holds back a byte destined for the
 // client. What it reports:
 //
-//   onFrame(frame)       a complete frame: its lines, without the blank line that ended it.
+//   onFrame(frame, at)   a complete frame: its lines, without the blank line that ended it.
 //                        A frame that lies within one pushed chunk is a `subarray` view of that
 //                        chunk (no copy). Only a frame that spans chunks is copied (once, when
 //                        it completes); the copy is a fresh Buffer the callee may keep.
+//                        `at` is the offset of the frame's first byte in the chunk being
+//                        pushed, negative when the frame began in an earlier chunk. A relay
+//                        that pushes a chunk before writing it may use it to stop a malformed
+//                        frame from reaching the client (write chunk[0, at), then the tail).
 //   onOversize(bytes)    a frame grew past `maxFrameBytes`. Reported once per frame, with the
 //                        frame's byte count when it was detected. Its bytes are not kept; the
 //                        framer skips to the blank line that ends it and resynchronises: the
@@ -39,8 +43,11 @@ const CR = 13
 export const DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 
 export interface FramerHandler {
-  /** A complete, non-empty frame, without its terminating blank line. */
-  onFrame(frame: Buffer): void
+  /**
+   * A complete, non-empty frame, without its terminating blank line. `at`: where it begins in
+   * the chunk being pushed (negative: that many bytes of it came in earlier chunks).
+   */
+  onFrame(frame: Buffer, at: number): void
   /** A frame passed the cap; `bytes` is its size when that was detected. Once per frame. */
   onOversize?(bytes: number): void
 }
@@ -57,8 +64,7 @@ const CR_BOUNDARY = 2
 
 export class SseFramer {
   readonly maxFrameBytes: number
-  readonly #onFrame: (frame: Buffer) => void
-  readonly #onOversize: ((bytes: number) => void) | null
+  readonly #handler: FramerHandler
 
   /** The current frame's bytes from earlier chunks (a copy), or null. */
   #buf: Buffer | null = null
@@ -81,8 +87,7 @@ export class SseFramer {
     const max = opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
     if (!Number.isSafeInteger(max) || max < 1) throw new RangeError('maxFrameBytes must be a positive integer')
     this.maxFrameBytes = max
-    this.#onFrame = handler.onFrame
-    this.#onOversize = handler.onOversize ?? null
+    this.#handler = handler
   }
 
   /** Bytes of provider data the framer holds right now (for the byte budget). */
@@ -217,10 +222,11 @@ export class SseFramer {
       this.#oversize++
       this.#discardedBytes += size
       this.#reset()
-      this.#onOversize?.(size)
+      this.#handler.onOversize?.(size)
       return
     }
     let frame: Buffer
+    const at = start - this.#held
     if (this.#held === 0) {
       frame = buf.subarray(start, start + contentEnd)
     } else {
@@ -230,7 +236,7 @@ export class SseFramer {
     }
     this.#reset()
     this.#frames++
-    this.#onFrame(frame)
+    this.#handler.onFrame(frame, at)
   }
 
   /** Keeps the unterminated rest of a chunk (or skips it inside an oversize frame). */
@@ -247,7 +253,7 @@ export class SseFramer {
       this.#buf = null
       this.#held = size
       this.#discarding = true
-      this.#onOversize?.(size)
+      this.#handler.onOversize?.(size)
       return
     }
     this.#append(buf, start, rest)

@@ -291,3 +291,18 @@ t.test('random streams in random chunks agree with a regex reference', async t =
   }
   t.equal(bad, 0, '3000 random streams')
 })
+
+t.test('onFrame reports where each frame begins in the pushed chunk', async t => {
+  const seen: Array<[string, number]> = []
+  class Collector {
+    prefix = '>'
+    onFrame (frame: Buffer, at: number): void { seen.push([this.prefix + frame.toString(), at]) }
+  }
+  const framer = new SseFramer(new Collector())
+  const c1 = Buffer.from('data: a\n\ndata: bb\n\ndata: c')
+  framer.push(c1)
+  framer.push(Buffer.from('cc\n\n\ndata: d\n\n'))
+  t.same(seen, [['>data: a', 0], ['>data: bb', 9], ['>data: ccc', -7], ['>data: d', 5]], 'a method handler keeps its this')
+  // A relay can cut the chunk at `at` to keep a frame from the client.
+  t.equal(c1.subarray(0, 9).toString(), 'data: a\n\n')
+})

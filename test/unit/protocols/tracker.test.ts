@@ -1,0 +1,136 @@
+// StreamTracker rules: validated terminals, the first fatal wins, usage credit, tail context.
+import t from 'tap'
+import { StreamTracker, chat, type FrameFacts } from '../../../src/protocols/index.ts'
+import { SluiceError } from '../../../src/errors.ts'
+import { feed } from './feed.ts'
+
+const ev = (name: string, data: object): string => `event: ${name}\ndata: ${JSON.stringify({ type: name, ...data })}\n\n`
+const chunk = (choice: object, extra = ''): string => `data: {"id":"c1","model":"m","choices":[${JSON.stringify({ index: 0, delta: {}, ...choice })}]${extra}}\n\n`
+const DONE = 'data: [DONE]\n\n'
+
+t.test('chat: finish_reason then [DONE] is the terminal', async t => {
+  const ok = feed('openai-chat', Buffer.from(chunk({ finish_reason: null }) + chunk({ finish_reason: 'stop' }) + 'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n' + DONE))
+  t.equal(ok.verdict.ok, true)
+  t.equal(ok.verdict.terminal, 'completed')
+  t.equal(ok.tracker.stopReason, 'stop')
+  t.same(ok.verdict.usage, { inputTokens: 3, outputTokens: 4, totalTokens: 7 })
+  const length = feed('openai-chat', Buffer.from(chunk({ finish_reason: 'length' }) + DONE))
+  t.equal(length.verdict.terminal, 'incomplete')
+  t.equal(length.verdict.ok, true, 'a length stop is still a validated end')
+  const bare = feed('openai-chat', Buffer.from(chunk({ finish_reason: null }) + DONE))
+  t.equal(bare.verdict.ok, false)
+  t.match(bare.verdict.failure?.message, /\[DONE\] without a finish_reason/)
+  t.equal(bare.tracker.closed, true, 'the client already has [DONE]: no tail would be read')
+  const noDone = feed('openai-chat', Buffer.from(chunk({ finish_reason: 'stop' })))
+  t.equal(noDone.verdict.ok, false, 'finish_reason alone is not the terminal')
+  t.match(noDone.verdict.failure?.message, /without a terminal/)
+  const after = feed('openai-chat', Buffer.from(chunk({ finish_reason: 'stop' }) + DONE + chunk({ finish_reason: 'stop' }) + DONE))
+  t.equal(after.verdict.ok, true)
+  t.equal(after.tracker.framesAfterTerminal, 2, 'frames after the terminal are counted, not read')
+  t.equal(after.facts.length, 2)
+})
+
+t.test('responses: created then completed/incomplete of the same id; failed is a provider failure', async t => {
+  const created = ev('response.created', { sequence_number: 0, response: { id: 'resp_a', model: 'gpt-5.5', created_at: 99 } })
+  const delta = ev('response.output_text.delta', { sequence_number: 1, delta: 'x' })
+  const completed = (id: string, seq = 2): string => ev('response.completed', { sequence_number: seq, response: { id, usage: { input_tokens: 5, output_tokens: 6, total_tokens: 11 } } })
+  const ok = feed('openai-responses', Buffer.from(created + delta + completed('resp_a')))
+  t.equal(ok.verdict.ok, true)
+  t.same(ok.verdict.usage, { inputTokens: 5, outputTokens: 6, totalTokens: 11 })
+  t.same(ok.tracker.tailContext(), { responseId: 'resp_a', sequenceNumber: 3, model: 'gpt-5.5', createdAt: 99 })
+  const other = feed('openai-responses', Buffer.from(created + completed('resp_b')))
+  t.match(other.verdict.failure?.message, /names response resp_b, not resp_a/)
+  const headless = feed('openai-responses', Buffer.from(completed('resp_a', 0)))
+  t.match(headless.verdict.failure?.message, /without response.created/)
+  const incomplete = feed('openai-responses', Buffer.from(created + ev('response.incomplete', { sequence_number: 1, response: { id: 'resp_a' } })))
+  t.equal(incomplete.verdict.ok, true)
+  t.equal(incomplete.verdict.terminal, 'incomplete')
+  const failed = feed('openai-responses', Buffer.from(created + ev('response.failed', { sequence_number: 1, response: { id: 'resp_a', error: { code: 'rate_limit_exceeded', message: 'slow down' }, usage: { input_tokens: 5, output_tokens: 1, total_tokens: 6 } } })))
+  t.equal(failed.verdict.ok, false)
+  t.equal(failed.verdict.terminal, 'failed')
+  t.equal(failed.verdict.failure?.code, 'provider_rate_limited')
+  t.equal(failed.verdict.failure?.inBand, true)
+  t.same(failed.verdict.usage, { inputTokens: 5, outputTokens: 1, totalTokens: 6 }, 'usage the failure frame carried')
+  t.equal(failed.verdict.partial, true)
+  t.equal(failed.tracker.closed, true)
+})
+
+t.test('messages: message_start then message_stop', async t => {
+  const start = ev('message_start', { message: { id: 'msg_1', model: 'claude', usage: { input_tokens: 10, output_tokens: 1 } } })
+  const delta = (reason: string, out: number): string => ev('message_delta', { delta: { stop_reason: reason }, usage: { output_tokens: out } })
+  const stop = ev('message_stop', {})
+  const ok = feed('anthropic', Buffer.from(start + delta('end_turn', 9) + stop))
+  t.equal(ok.verdict.ok, true)
+  t.same(ok.verdict.usage, { inputTokens: 10, outputTokens: 9, totalTokens: 19 })
+  t.equal(feed('anthropic', Buffer.from(start + delta('max_tokens', 9) + stop)).verdict.terminal, 'incomplete')
+  t.match(feed('anthropic', Buffer.from(start + start + stop)).verdict.failure?.message, /second message_start/)
+  t.match(feed('anthropic', Buffer.from(stop)).verdict.failure?.message, /without message_start/)
+  const err = feed('anthropic', Buffer.from(start + ev('error', { error: { type: 'rate_limit_error', message: 'x' } })))
+  t.equal(err.verdict.failure?.code, 'provider_rate_limited')
+  t.same(err.verdict.usage, { inputTokens: 10, outputTokens: 1, totalTokens: 11 }, 'usage admitted before the fatal')
+  t.equal(err.verdict.partial, true)
+})
+
+t.test('the first fatal wins; nothing after it is admitted or credited', async t => {
+  const tr = new StreamTracker('anthropic')
+  const frame = Buffer.from('x')
+  t.equal(tr.frame(frame, 'inspect'), true)
+  tr.apply({ event: 'message_start', usage: { inputTokens: 10, outputTokens: 1 } })
+  t.equal(tr.frame(frame, 'malformed'), false)
+  t.equal(tr.failure?.frame, 1)
+  t.equal(tr.frame(frame, 'inspect'), false, 'no inspection after a fatal')
+  tr.apply({ usage: { outputTokens: 500 } })
+  tr.oversize(5_000_000)
+  tr.fail('storage_budget_exhausted', 'later')
+  const v = tr.end({ error: { code: 'provider_unavailable', message: 'reset' } })
+  t.equal(v.failure?.code, 'provider_protocol_error')
+  t.same(v.usage, { inputTokens: 10, outputTokens: 1, totalTokens: 11 }, 'no credit for usage after the fatal')
+  t.equal(v.framesSeen, 4)
+  t.equal(v.framesAdmitted, 1)
+  t.equal(v.bytesAdmitted, 1)
+  t.equal(tr.oversizeFrames, 1)
+})
+
+t.test('usage only grows; a lower later figure is a conflict and earns nothing', async t => {
+  const tr = new StreamTracker('anthropic')
+  const apply = (f: FrameFacts): void => {
+    tr.frame(Buffer.from('x'), 'inspect')
+    tr.apply(f)
+  }
+  apply({ event: 'message_start', usage: { inputTokens: 100, outputTokens: 1 } })
+  apply({ event: 'message_delta', usage: { inputTokens: 90, outputTokens: 20 } })
+  t.same(tr.usage, { inputTokens: 100, outputTokens: 20, totalTokens: 120 })
+  t.equal(tr.usageConflicts, 1)
+  t.equal(tr.usagePartial, true, 'partial until a validated terminal')
+  apply({ event: 'message_stop', terminal: 'completed' })
+  t.equal(tr.usagePartial, false)
+})
+
+t.test('a payload that does not parse is a provider_protocol_error and is not admitted', async t => {
+  const r = feed('openai-chat', Buffer.from(chunk({ finish_reason: null }) + 'data: {"choices":[{"finish_reason":"stop"}],}\n\n' + DONE))
+  t.equal(r.verdict.failure?.code, 'provider_protocol_error')
+  t.match(r.verdict.failure?.message, /frame 1 could not be read: frame data is not valid JSON/)
+  t.equal(r.verdict.framesAdmitted, 1)
+  const tr = new StreamTracker(chat)
+  tr.frame(Buffer.from('data: x'), 'inspect')
+  tr.inspectFailed(new Error('something else'))
+  t.equal(tr.failure?.code, 'provider_protocol_error', 'an unexpected error is still the stream\'s fault')
+  const tr2 = new StreamTracker('openai-chat')
+  tr2.frame(Buffer.from('x'), 'inspect')
+  tr2.inspectFailed(new SluiceError('parse_capacity_timeout'))
+  t.equal(tr2.failure?.code, 'parse_capacity_timeout', 'a local refusal stays local')
+})
+
+t.test('end: trailing bytes, transport errors, external failures', async t => {
+  const done = chunk({ finish_reason: 'stop' }) + DONE
+  const trailing = feed('openai-chat', Buffer.from(done + 'data: {"x"'))
+  t.equal(trailing.verdict.ok, false, 'a terminal then a partial frame is not a clean end')
+  t.equal(trailing.verdict.terminal, 'completed')
+  t.match(trailing.verdict.failure?.message, /inside a frame \(10 bytes/)
+  const tr = new StreamTracker('openai-chat')
+  t.same(tr.end({ error: { code: 'provider_unavailable', message: 'socket reset' } }).failure, { code: 'provider_unavailable', message: 'socket reset', inBand: false, frame: -1 })
+  const tr2 = new StreamTracker('openai-chat')
+  tr2.fail('storage_budget_exhausted', 'no room for the frame')
+  t.equal(tr2.end().failure?.code, 'storage_budget_exhausted')
+  t.same(new StreamTracker('openai-responses').tailContext('\n'), { responseId: null, sequenceNumber: 0, model: null, createdAt: null, closing: '\n' })
+})
