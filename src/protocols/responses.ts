@@ -12,8 +12,8 @@
 import type { FailureRecord } from '../sse/sign.ts'
 import { shape, shapeOf } from '../sse/fields.ts'
 import {
-  ascii, asBuffer, errorFacts, isDone, isRecord, leadingType, num, parseObject, parsePayload, payloadOf, readUint,
-  startsWith, str, trim, typeName,
+  asBuffer, errorFacts, isDone, isRecord, leadingType, num, parseObject, parsePayload, payloadOf, readUint,
+  str, trim, typeName,
 } from './bytes.ts'
 import { tailMessage } from './tail.ts'
 import { namedClassifier } from './named.ts'
@@ -25,7 +25,7 @@ export const classify = namedClassifier(INSPECT_EVENTS)
 
 const QUOTE = 34
 const TYPE_HEAD_LEN = '{"type":"'.length
-const SEQ = ascii(',"sequence_number":')
+const SEQ_LEN = '","sequence_number":'.length
 
 export function peekSequenceNumber (frame: Uint8Array): number {
   const f = asBuffer(frame)
@@ -40,9 +40,10 @@ export function peekSequenceNumber (frame: Uint8Array): number {
     if (!leadingType(f, p, end)) return -1
     q = typeName.end
   }
-  q++
-  if (!startsWith(f, q, SEQ, end)) return -1
-  return readUint(f, q + SEQ.length, end)
+  // `","sequence_number":` after the name: its distinguishing bytes only (cheap; a misread
+  // could only shift the tail's sequence_number, never a classification).
+  if (q + SEQ_LEN >= end || f[q + 1] !== 44 || f[q + 2] !== QUOTE || f[q + 3] !== 115 || f[q + 11] !== 95 || f[q + 18] !== QUOTE || f[q + 19] !== 58) return -1
+  return readUint(f, q + SEQ_LEN, end)
 }
 
 function usageOf (u: unknown): Usage | undefined {

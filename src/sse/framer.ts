@@ -35,7 +35,9 @@
 // Cost: one native memchr (`Buffer#indexOf(LF)`) per line and a few byte reads per frame; a
 // chunk that contains a CR anywhere is scanned byte by byte in JS instead (rare: real
 // providers end lines with LF). The callbacks run synchronously inside push(); they must not
-// call push() or end() on the same framer.
+// call push() or end() on the same framer. A callback that throws ends the framer: push()
+// rethrows that error, and every later push() or end() throws it again (the rest of that
+// chunk was never framed, so nothing after it could be trusted).
 
 const LF = 10
 const CR = 13
@@ -78,6 +80,8 @@ export class SseFramer {
   /** Inside an oversize frame: skipping to its end. */
   #discarding = false
 
+  #failed: { error: unknown } | null = null
+
   #frames = 0
   #oversize = 0
   #bytesSeen = 0
@@ -116,6 +120,7 @@ export class SseFramer {
   }
 
   push (chunk: Uint8Array): void {
+    if (this.#failed !== null) throw this.#failed.error
     const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
     const n = buf.length
     if (n === 0) return
@@ -197,6 +202,7 @@ export class SseFramer {
    * The framer is reset and could take a new stream.
    */
   end (): Buffer | null {
+    if (this.#failed !== null) throw this.#failed.error
     let trailing: Buffer | null = null
     if (!this.#discarding && this.#held > 0 && this.#buf !== null) trailing = this.#buf.subarray(0, this.#held)
     this.#reset()
@@ -222,7 +228,7 @@ export class SseFramer {
       this.#oversize++
       this.#discardedBytes += size
       this.#reset()
-      this.#handler.onOversize?.(size)
+      this.#report(null, size, 0)
       return
     }
     let frame: Buffer
@@ -236,7 +242,7 @@ export class SseFramer {
     }
     this.#reset()
     this.#frames++
-    this.#handler.onFrame(frame, at)
+    this.#report(frame, 0, at)
   }
 
   /** Keeps the unterminated rest of a chunk (or skips it inside an oversize frame). */
@@ -253,10 +259,20 @@ export class SseFramer {
       this.#buf = null
       this.#held = size
       this.#discarding = true
-      this.#handler.onOversize?.(size)
+      this.#report(null, size, 0)
       return
     }
     this.#append(buf, start, rest)
+  }
+
+  #report (frame: Buffer | null, oversize: number, at: number): void {
+    try {
+      if (frame !== null) this.#handler.onFrame(frame, at)
+      else this.#handler.onOversize?.(oversize)
+    } catch (error) {
+      this.#failed = { error }
+      throw error
+    }
   }
 
   #append (src: Buffer, from: number, length: number): void {

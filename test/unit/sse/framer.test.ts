@@ -306,3 +306,11 @@ t.test('onFrame reports where each frame begins in the pushed chunk', async t =>
   // A relay can cut the chunk at `at` to keep a frame from the client.
   t.equal(c1.subarray(0, 9).toString(), 'data: a\n\n')
 })
+
+t.test('a callback that throws ends the framer loudly', async t => {
+  const boom = new Error('boom')
+  const framer = new SseFramer({ onFrame: () => { throw boom } })
+  t.throws(() => framer.push(Buffer.from('data: a\n\ndata: b\n\n')), boom)
+  t.throws(() => framer.push(Buffer.from('data: c\n\n')), boom, 'later pushes refuse')
+  t.throws(() => framer.end(), boom)
+})
