@@ -6,6 +6,7 @@ import { createServer } from 'node:net'
 import type { Server } from 'node:http'
 import { Worker } from 'node:worker_threads'
 import { once } from 'node:events'
+import { randomBytes } from 'node:crypto'
 import type { Logger } from 'pino'
 import type { Config } from '../src/config/schema.ts'
 import { createLedger, type Ledger } from '../src/ledger/ledger.ts'
@@ -61,7 +62,14 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   let sim: { url: string; worker: Worker } | null = null
   if (config.sim.enabled) sim = await startSimThread(config.listen.host, config.sim.port)
 
-  const supervisor = new Supervisor({ config, ledger, log, simUrl: sim?.url ?? null, testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1' })
+  const supervisor = new Supervisor({
+    config,
+    ledger,
+    log,
+    simUrl: sim?.url ?? null,
+    testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1',
+    signingKey: signingKey(config, log),
+  })
   let admin: Server
   try {
     admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
@@ -119,6 +127,14 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   }
 
   return { config, ledger, supervisor, log, port, adminPort, simUrl: sim?.url ?? null, shutdown }
+}
+
+/** The failure-signing key from the environment, else a random one for this process's life. */
+function signingKey (config: Config, log: Logger): string {
+  const env = process.env[config.signing.keyEnv]
+  if (env) return Buffer.from(env, 'utf8').toString('base64')
+  log.warn({ env: config.signing.keyEnv }, 'no signing key in the environment: failure tails are signed with a random key that dies with this process')
+  return randomBytes(32).toString('base64')
 }
 
 /** Binds host:port exclusively and releases it; returns the port (resolving 0 to a free one). */

@@ -40,15 +40,17 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
   private readonly log: Logger
   private readonly simUrl: string | null
   private readonly testHooks: boolean
+  private readonly signingKey: string
   private stopping = false
 
-  constructor (opts: { config: Config; ledger: Ledger; log: Logger; simUrl: string | null; testHooks: boolean }) {
+  constructor (opts: { config: Config; ledger: Ledger; log: Logger; simUrl: string | null; testHooks: boolean; signingKey: string }) {
     super()
     this.config = opts.config
     this.ledger = opts.ledger
     this.log = opts.log
     this.simUrl = opts.simUrl
     this.testHooks = opts.testHooks
+    this.signingKey = opts.signingKey
     for (let i = 0; i < this.config.workers; i++) {
       this.workers.push({ row: i + 1, worker: null, generation: 0, listening: false, startedAt: 0, restarts: 0, backoffMs: BACKOFF_MIN_MS, lastExit: null })
     }
@@ -101,6 +103,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       config: this.config,
       simUrl: this.simUrl,
       testHooks: this.testHooks,
+      signingKey: this.signingKey,
     }
     const worker = new Worker(WORKER_MAIN, {
       workerData: boot,

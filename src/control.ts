@@ -14,6 +14,8 @@ export interface WorkerBoot {
   readonly config: Config
   /** Base URL of the embedded simulated provider, when running. */
   readonly simUrl: string | null
+  /** The failure-signing key (base64), from the environment or generated at start. */
+  readonly signingKey: string
   /** Test-only routes (/_test/*), from SLUICE_TEST_HOOKS=1 in the primary's environment. */
   readonly testHooks: boolean
 }

@@ -34,9 +34,9 @@ export class Router {
     throw new SluiceError('model_not_found', { model })
   }
 
-  /** The key's model pin. */
-  static checkPin (key: KeyConfig, model: string): void {
-    if (!matchesAny(model, key.models)) throw new SluiceError('model_not_allowed', { model, key: key.name })
+  /** The key's model pin: the name the caller asked for, or the alias target, must be listed. */
+  static checkPin (key: KeyConfig, requested: string, target: string = requested): void {
+    if (!matchesAny(requested, key.models) && !matchesAny(target, key.models)) throw new SluiceError('model_not_allowed', { model: requested, key: key.name })
   }
 
   /** Same-protocol only for now: a route whose provider speaks another protocol is refused. */

@@ -4,18 +4,33 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { SluiceError } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Config } from '../src/config/schema.ts'
+import type { Logger } from 'pino'
+import { Router } from '../src/routing.ts'
+import { ParserPool } from '../src/json/pool.ts'
 import { Admission } from './admission.ts'
+import { Authenticator } from './auth.ts'
+import type { ExchangeDeps } from './exchange.ts'
+import { Signer } from './relay.ts'
+import { registerRoutes } from './routes.ts'
 import { registerTestHooks } from './test-hooks.ts'
+import { TurnPins } from './turns.ts'
+import { Upstreams } from './upstream.ts'
 
 export interface AppDeps {
   config: Config
   ledger: Ledger
   testHooks: boolean
+  simUrl: string | null
+  signingKey: Buffer
+  log: Logger
 }
 
 export interface App {
   fastify: FastifyInstance
   admission: Admission
+  exchange: ExchangeDeps
+  /** Closes what the app owns beyond fastify: upstream pools, the parser pool. */
+  close (): Promise<void>
 }
 
 export function buildApp (deps: AppDeps): App {
@@ -30,6 +45,19 @@ export function buildApp (deps: AppDeps): App {
     forceCloseConnections: 'idle',
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
+  const limits = deps.config.limits
+  const exchange: ExchangeDeps = {
+    config: deps.config,
+    ledger: deps.ledger,
+    admission,
+    auth: new Authenticator(deps.config.keys),
+    router: new Router(deps.config.providers, deps.simUrl, process.env),
+    upstreams: new Upstreams(deps.config.upstream),
+    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
+    turns: new TurnPins(deps.ledger),
+    signer: new Signer(deps.signingKey),
+    log: (rec) => deps.log.info(rec, 'exchange'),
+  }
 
   fastify.setErrorHandler((err: unknown, _req: FastifyRequest, reply: FastifyReply) => {
     const e = err as { code?: unknown; statusCode?: number }
@@ -46,8 +74,16 @@ export function buildApp (deps: AppDeps): App {
     sendError(deps.ledger, reply, new SluiceError('not_found'))
   })
 
+  registerRoutes(fastify, exchange)
   if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission)
-  return { fastify, admission }
+  return {
+    fastify,
+    admission,
+    exchange,
+    async close () {
+      await Promise.all([exchange.upstreams.close(), exchange.parser.close()])
+    },
+  }
 }
 
 /** The one refusal path: catalogue status, `Retry-After` where a retry can help, counted. */

@@ -15,6 +15,7 @@ export class Holdings {
   private exchange = false
   private parse = false
   private bytes = 0
+  private floating = 0
   private pending: Set<Party>
   private released = false
   private readonly onReleased: (() => void) | undefined
@@ -33,6 +34,25 @@ export class Holdings {
     this.assertOpen()
     this.ledger.storage.reserve(n)
     this.bytes += n
+  }
+
+  /** Like reserve(), but false (and nothing reserved) when the budget has no room now. */
+  tryReserve (n: number): boolean {
+    this.assertOpen()
+    if (!this.ledger.storage.tryReserve(n)) return false
+    this.bytes += n
+    return true
+  }
+
+  /**
+   * The relay's floating reservation (framer buffer + bytes queued to the client), set to
+   * its current size: reserves or returns the difference. Throws when growth does not fit.
+   */
+  setFloating (n: number): void {
+    const delta = n - this.floating
+    if (delta > 0) this.reserve(delta)
+    else if (delta < 0) this.unreserve(-delta)
+    this.floating = n
   }
 
   /** Returns part of this exchange's reservation early (e.g. a body buffer dropped). */
@@ -65,7 +85,7 @@ export class Holdings {
     if (this.released) return
     this.released = true
     if (this.parse) { this.parse = false; this.ledger.parse.release() }
-    if (this.bytes > 0) { const b = this.bytes; this.bytes = 0; this.ledger.storage.release(b) }
+    if (this.bytes > 0) { const b = this.bytes; this.bytes = 0; this.floating = 0; this.ledger.storage.release(b) }
     if (this.exchange) { this.exchange = false; this.ledger.exchange.release() }
     this.onReleased?.()
   }

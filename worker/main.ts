@@ -4,6 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
 import { attachLedger } from '../src/ledger/ledger.ts'
+import { createLogger } from '../src/log.ts'
 import { buildApp } from './app.ts'
 import { heapFigures } from './admission.ts'
 
@@ -12,7 +13,15 @@ const port = parentPort!
 const send = (msg: WorkerToPrimary): void => port.postMessage(msg)
 
 const ledger = attachLedger(boot.ledger, boot.row)
-const { fastify } = buildApp({ config: boot.config, ledger, testHooks: boot.testHooks })
+const log = createLogger(boot.config.telemetry.logLevel).child({ worker: boot.row, generation: boot.generation })
+const app = buildApp({
+  config: boot.config,
+  ledger,
+  testHooks: boot.testHooks,
+  simUrl: boot.simUrl,
+  signingKey: Buffer.from(boot.signingKey, 'base64'),
+  log,
+})
 
 const reportHeap = (): void => {
   const h = heapFigures()
@@ -24,14 +33,14 @@ setInterval(reportHeap, 1000).unref()
 port.on('message', (msg: PrimaryToWorker) => {
   if (msg.type === 'drain') {
     // Stop accepting; in-flight exchanges finish (fastify close waits for them).
-    void fastify.close().then(() => send({ type: 'drained' }))
+    void app.fastify.close().then(() => app.close()).then(() => send({ type: 'drained' }))
   }
 })
 
 try {
   // fastify 5 passes reusePort through to net.Server.listen, but its types lack it.
-  await fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof fastify.listen>[0])
-  const addr = fastify.server.address()
+  await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
+  const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })

@@ -1,0 +1,290 @@
+// One model exchange, start to release (DESIGN.md "The exchange lifecycle"):
+//
+//   headers -> auth -> turn pin -> exchange permit (FIFO queue, body unread)
+//   -> body (bytes reserved, capped) -> parse permit: bounded JSON + preparation (piscina)
+//   -> model pin, provider, protocol -> upstream (undici) -> relay (backpressure, inspection,
+//   signed failure tail) -> release when processing, upstream and HTTP have all settled.
+//
+// Each step is in one place; release is owned by the exchange's Holdings. A failure before
+// the first downstream byte is a JSON refusal with its catalogue code; after it, a signed
+// failure tail in the client protocol's own error event, then a clean end. Nothing is ever
+// retried or replayed.
+
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Dispatcher } from 'undici'
+import type { Config } from '../src/config/schema.ts'
+import { SluiceError, type ErrorCode } from '../src/errors.ts'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import { Router, type RouteProtocol } from '../src/routing.ts'
+import type { ParserPool } from '../src/json/pool.ts'
+import type { Admission } from './admission.ts'
+import type { Authenticator } from './auth.ts'
+import { readBody } from './body.ts'
+import type { Holdings } from './holdings.ts'
+import { failureRecord, relayBuffered, relayStream, type Outcome, type Signer } from './relay.ts'
+import type { TurnPins, TurnTicket } from './turns.ts'
+import { transportError, type Upstreams } from './upstream.ts'
+import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
+
+export type Route = 'chat' | 'responses' | 'messages' | 'count_tokens'
+
+export const ROUTE_PROTOCOL: Record<Route, RouteProtocol> = {
+  chat: 'openai-chat',
+  responses: 'openai-responses',
+  messages: 'anthropic',
+  count_tokens: 'anthropic',
+}
+
+export const ROUTE_PATH: Record<Route, string> = {
+  chat: '/v1/chat/completions',
+  responses: '/v1/responses',
+  messages: '/v1/messages',
+  count_tokens: '/v1/messages/count_tokens',
+}
+
+export interface ExchangeDeps {
+  config: Config
+  ledger: Ledger
+  admission: Admission
+  auth: Authenticator
+  router: Router
+  upstreams: Upstreams
+  parser: ParserPool
+  turns: TurnPins
+  signer: Signer
+  log: (fields: Record<string, unknown>) => void
+}
+
+/** The per-exchange record: one log line at the end, attributes for traces later. */
+export interface ExchangeRecord {
+  exchangeId: string
+  runId: string | null
+  route: Route
+  keyName: string | null
+  model: string | null
+  provider: string | null
+  stream: boolean
+  code: ErrorCode | 'ok'
+  status: number
+  queued: boolean
+  queueMs: number
+  ttfbMs: number | null
+  totalMs: number
+  bytesIn: number
+  bytesOut: number
+  frames: number
+  usage: Record<string, number> | null
+  partial: boolean
+  evidence: boolean
+}
+
+export function runIdentity (req: IncomingMessage): string | null {
+  const run = req.headers['x-sluice-run-id']
+  if (typeof run === 'string' && run.length > 0 && run.length <= 256) return run
+  const tp = req.headers.traceparent
+  if (typeof tp === 'string') {
+    const m = /^[\da-f]{2}-([\da-f]{32})-[\da-f]{16}-[\da-f]{2}$/.exec(tp.trim())
+    if (m) return m[1]
+  }
+  return null
+}
+
+export async function runExchange (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const started = performance.now()
+  const rec: ExchangeRecord = {
+    exchangeId: randomUUID(),
+    runId: runIdentity(req),
+    route,
+    keyName: null,
+    model: null,
+    provider: null,
+    stream: false,
+    code: 'ok',
+    status: 0,
+    queued: false,
+    queueMs: 0,
+    ttfbMs: null,
+    totalMs: 0,
+    bytesIn: 0,
+    bytesOut: 0,
+    frames: 0,
+    usage: null,
+    partial: false,
+    evidence: false,
+  }
+  const ac = new AbortController()
+  const signal = ac.signal
+  const onClientClose = (): void => { if (!res.writableFinished) ac.abort() }
+  res.once('close', onClientClose)
+
+  let holdings: Holdings | null = null
+  let upstreamStarted = false
+  let bodyBytes = 0
+  let upstreamRes: Dispatcher.ResponseData | null = null
+  let turn: TurnTicket | null = null
+  try {
+    // 1. Before the body: who, which run, then a permit.
+    const key = deps.auth.authenticate(req.headers)
+    rec.keyName = key.name
+    turn = deps.turns.take(key, rec.runId)
+    let queuedAt = 0
+    holdings = await deps.admission.admit(signal, ['processing', 'upstream', 'http'], () => {
+      rec.queued = true
+      queuedAt = performance.now()
+    })
+    if (rec.queued) rec.queueMs = performance.now() - queuedAt
+    const h = holdings
+    if (res.closed) h.settle('http')
+    else res.once('close', () => h.settle('http'))
+    if (signal.aborted) throw new SluiceError('client_closed')
+
+    // 2. The body, bounded and reserved; then bounded JSON and preparation under the parse permit.
+    const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
+    bodyBytes = body.byteLength
+    rec.bytesIn = bodyBytes
+    const prepared = await prepare(deps, h, route, body, signal)
+    if (prepared.body.byteLength !== bodyBytes) {
+      h.reserve(prepared.body.byteLength)
+      h.unreserve(bodyBytes)
+      bodyBytes = prepared.body.byteLength
+    }
+    rec.model = prepared.model
+    rec.stream = prepared.stream && route !== 'count_tokens'
+
+    // 3. Where it goes, and whether this key may go there.
+    Router.checkPin(key, prepared.requestedModel, prepared.model)
+    const provider = deps.router.resolve(prepared.model)
+    rec.provider = provider.config.name
+    Router.checkProtocol(ROUTE_PROTOCOL[route], provider, prepared.model)
+
+    // 4. Upstream. The body buffer is released once the provider has answered.
+    upstreamStarted = true
+    const sent = performance.now()
+    try {
+      upstreamRes = await deps.upstreams.send({ provider, path: ROUTE_PATH[route], clientHeaders: req.headers, body: prepared.body, signal })
+    } catch (err) {
+      h.settle('upstream')
+      throw err
+    }
+    const up = upstreamRes
+    rec.ttfbMs = performance.now() - sent
+    up.body.once('close', () => h.settle('upstream'))
+    h.unreserve(bodyBytes)
+    bodyBytes = 0
+
+    // 5. Provider refusal before any byte: our JSON, signed, never the provider's bytes.
+    if (up.statusCode >= 400) {
+      throw await providerFailure({ deps, holdings: h, signal }, up)
+    }
+
+    // 6. Relay.
+    const outcome: Outcome = rec.stream && isEventStream(up.headers)
+      ? await relayStream({ deps, rec, route, up, res, holdings: h, signal })
+      : await relayBuffered({ deps, rec, route, up, res, holdings: h, signal })
+    rec.code = outcome.code
+    rec.status = res.statusCode
+  } catch (err) {
+    const se = transportError(err, signal)
+    rec.code = se.code
+    // A turn is spent by an exchange that reached the provider; a local refusal gives it back.
+    if (!upstreamStarted) turn?.giveBack()
+    if (upstreamRes && !upstreamRes.body.destroyed) upstreamRes.body.destroy()
+    if (!res.headersSent && !res.destroyed) {
+      rec.status = se.status
+      sendRefusal(deps, res, se, rec, !holdings || bodyBytes === 0 ? req : null)
+    } else {
+      deps.ledger.countRefusal(se.code)
+      if (!res.destroyed) res.destroy()
+    }
+  } finally {
+    res.off('close', onClientClose)
+    if (holdings) {
+      if (!upstreamStarted) holdings.settle('upstream')
+      holdings.settle('processing')
+    }
+    rec.totalMs = performance.now() - started
+    if (!res.writableFinished && !res.destroyed) {
+      await new Promise<void>((resolve) => res.once('close', () => resolve()))
+      rec.totalMs = performance.now() - started
+    }
+    deps.log(rec as unknown as Record<string, unknown>)
+  }
+}
+
+async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uint8Array, signal: AbortSignal) {
+  await deps.ledger.parse.acquire({ signal })
+  h.tookParse()
+  let result
+  try {
+    // The body's ArrayBuffer is transferred to the parser (zero copy) and comes back.
+    result = await deps.parser.prepare({
+      body,
+      route,
+      limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
+      aliases: deps.router.aliases as Record<string, string>,
+    }, { signal })
+  } finally {
+    // Returned as soon as the parse settles; a crashed parser settles only after its exit.
+    h.releaseParse()
+  }
+  if (!result.ok) throw SluiceError.from(result.error)
+  return result
+}
+
+/** A provider error response before any byte reached the client: read a bounded excerpt
+ *  (8 KiB), map it under the parse permit, never forward the provider's bytes as ours. */
+async function providerFailure (ctx: { deps: ExchangeDeps; holdings: Holdings; signal: AbortSignal }, up: Dispatcher.ResponseData): Promise<SluiceError> {
+  const cap = 8192
+  const parts: Buffer[] = []
+  let n = 0
+  try {
+    for await (const chunk of up.body) {
+      const c = chunk as Buffer
+      parts.push(c.subarray(0, cap - n))
+      n += Math.min(c.length, cap - n)
+      if (n >= cap) break
+    }
+  } catch {}
+  if (!up.body.destroyed) up.body.destroy()
+  const retryAfter = up.headers['retry-after']
+  await ctx.deps.ledger.parse.acquire({ signal: ctx.signal })
+  ctx.holdings.tookParse()
+  let info
+  try {
+    info = providerErrorFromResponse(up.statusCode, Buffer.concat(parts, n), typeof retryAfter === 'string' ? retryAfter : null)
+  } finally {
+    ctx.holdings.releaseParse()
+  }
+  const err = providerSluiceError(info)
+  // A provider's own 4xx refusal of the request keeps its status: the request was refused.
+  if (err.code === 'provider_error' && up.statusCode >= 400 && up.statusCode < 500) err.withStatus(up.statusCode)
+  return err
+}
+
+function isEventStream (headers: Dispatcher.ResponseData['headers']): boolean {
+  const ct = headers['content-type']
+  return typeof ct === 'string' && ct.startsWith('text/event-stream')
+}
+
+/** A refusal or failure before any downstream byte: one JSON shape, signed when the provider failed. */
+function sendRefusal (deps: ExchangeDeps, res: ServerResponse, err: SluiceError, rec: ExchangeRecord, unreadBody: IncomingMessage | null): void {
+  deps.ledger.countRefusal(err.code)
+  const body: Record<string, unknown> = { ...err.toBody(), exchangeId: rec.exchangeId }
+  if (err.side === 'provider') {
+    const record = failureRecord(err, rec)
+    body.record = record
+    body.signature = deps.signer.sign(record)
+  }
+  const text = JSON.stringify(body)
+  const headers: Record<string, string | number> = {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    'x-sluice-exchange-id': rec.exchangeId,
+    ...err.headers(),
+  }
+  // A body we never read is not drained: close the connection after the refusal instead.
+  if (unreadBody && !unreadBody.readableEnded) headers.connection = 'close'
+  res.writeHead(err.status, headers)
+  res.end(text)
+}

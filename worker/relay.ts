@@ -1,0 +1,256 @@
+// The relay: provider bytes to the client, exactly, at the client's pace.
+//
+// Streaming: each upstream chunk is pushed through the SSE framer (which only observes), its
+// frames classified from bytes; the few that can carry a terminal, usage or an error are
+// parsed under the parse permit; then the chunk is written to the client unchanged. The
+// upstream is read only as fast as the client drains (`for await` + 'drain'), so a slow
+// client holds at most one chunk plus the socket buffers. The first fatal (malformed or
+// oversize frame, provider error event, transport failure, no terminal, budget) ends the
+// stream with a signed failure tail in the client protocol's own error event, then a clean
+// end. A malformed frame never reaches the client: the chunk is cut where that frame starts.
+//
+// Non-streaming: the body is forwarded as it arrives, and kept (reserved, up to
+// maxOutputBytes) only to read usage at the end.
+
+import { once } from 'node:events'
+import type { ServerResponse } from 'node:http'
+import type { Dispatcher } from 'undici'
+import { SluiceError, type ErrorCode } from '../src/errors.ts'
+import { StreamTracker, inspectorFor, type ProtocolInspector } from '../src/protocols/index.ts'
+import { SseFramer } from '../src/sse/framer.ts'
+import { buildFailureRecord, signRecord, type FailureRecord } from '../src/sse/sign.ts'
+import type { ExchangeDeps, ExchangeRecord, Route } from './exchange.ts'
+import { ROUTE_PROTOCOL } from './exchange.ts'
+import type { Holdings } from './holdings.ts'
+import { responseHeaders, transportError } from './upstream.ts'
+
+export interface Outcome { code: ErrorCode | 'ok' }
+
+export class Signer {
+  private readonly key: Buffer
+  constructor (key: Buffer) {
+    if (key.length === 0) throw new RangeError('empty signing key')
+    this.key = key
+  }
+
+  sign (record: FailureRecord): string { return signRecord(record, this.key) }
+}
+
+export function failureRecord (err: SluiceError, rec: ExchangeRecord, relayed = { frames: 0, bytes: 0 }, usage: FailureRecord['usage'] = null): FailureRecord {
+  return buildFailureRecord({
+    code: err.code,
+    message: err.message,
+    exchangeId: rec.exchangeId,
+    runId: rec.runId,
+    provider: rec.provider ?? '',
+    model: rec.model ?? '',
+    framesRelayed: relayed.frames,
+    bytesRelayed: relayed.bytes,
+    usage,
+    partial: true,
+  })
+}
+
+interface RelayContext {
+  deps: ExchangeDeps
+  rec: ExchangeRecord
+  route: Route
+  up: Dispatcher.ResponseData
+  res: ServerResponse
+  holdings: Holdings
+  signal: AbortSignal
+}
+
+/** Waits until the client drained, or rejects when it went away. */
+async function drained (res: ServerResponse, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) throw new SluiceError('client_closed')
+  await once(res, 'drain', { signal }).catch(() => { throw new SluiceError('client_closed') })
+}
+
+/** Takes the parse permit for an inspection: the fast path almost always. */
+async function takeParse (ctx: RelayContext): Promise<void> {
+  if (!ctx.deps.ledger.parse.tryAcquire()) await ctx.deps.ledger.parse.acquire({ signal: ctx.signal })
+  ctx.holdings.tookParse()
+}
+
+export async function relayStream (ctx: RelayContext): Promise<Outcome> {
+  const { deps, rec, up, res, holdings, signal } = ctx
+  const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
+  const tracker = new StreamTracker(inspector)
+  // Frames found in the chunk being pushed: views into it, processed right after push().
+  const frames: Buffer[] = []
+  const starts: number[] = []
+  let oversizeInChunk = false
+  const framer = new SseFramer({
+    onFrame: (frame, at) => { frames.push(frame); starts.push(at) },
+    onOversize: (bytes) => { tracker.oversize(bytes); oversizeInChunk = true },
+  }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
+
+  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': rec.exchangeId })
+  let bytesOut = 0
+  let framesOut = 0
+  let failure: SluiceError | null = null
+  let closing = ''
+
+  try {
+    for await (const data of up.body) {
+      const chunk = data as Buffer
+      frames.length = 0
+      starts.length = 0
+      oversizeInChunk = false
+      framer.push(chunk)
+      try {
+        holdings.setFloating(framer.bufferedBytes + res.writableLength)
+      } catch (err) {
+        tracker.fail(SluiceError.from(err).code, 'the stream needed more bytes than the storage budget had')
+      }
+      let cut = chunk.length
+      for (let i = 0; i < frames.length; i++) {
+        const before = tracker.failure
+        if (tracker.frame(frames[i], inspector.classify(frames[i]))) {
+          await takeParse(ctx)
+          try {
+            tracker.apply(inspector.inspect(frames[i]))
+          } catch (err) {
+            tracker.inspectFailed(err)
+          } finally {
+            holdings.releaseParse()
+          }
+        }
+        if (before === null && tracker.failure !== null) {
+          const f = tracker.failure
+          if (!f.inBand) {
+            // Keep the bad frame from the client: cut where it starts (or drop the rest of
+            // this chunk when it began earlier, and close the partial frame).
+            if (starts[i] >= 0) cut = starts[i]
+            else { cut = 0; closing = '\n\n' }
+          }
+          break
+        }
+        if (tracker.failure === null) framesOut++
+      }
+      if (oversizeInChunk && tracker.failure !== null && !tracker.failure.inBand && cut === chunk.length) {
+        cut = 0
+        closing = '\n\n'
+      }
+      if (cut > 0) {
+        const out = cut === chunk.length ? chunk : chunk.subarray(0, cut)
+        bytesOut += out.length
+        if (!res.write(out)) await drained(res, signal)
+      }
+      if (tracker.failure !== null) break
+    }
+  } catch (err) {
+    const se = transportError(err, signal)
+    if (se.code === 'client_closed' || signal.aborted) {
+      rec.bytesOut = bytesOut
+      rec.frames = framesOut
+      rec.usage = usageOf(tracker)
+      rec.partial = true
+      return { code: 'client_closed' }
+    }
+    failure = se
+    if (tracker.failure === null) closing = framer.closingBytes()
+  }
+  if (!up.body.destroyed) up.body.destroy()
+
+  const verdict = tracker.failure === null && failure === null
+    ? tracker.end({ trailingBytes: framer.end()?.length ?? 0 })
+    : tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
+  if (tracker.failure !== null && closing === '' && failure === null && tracker.failure.frame === -1) closing = framer.closingBytes()
+  holdings.setFloating(0)
+  rec.bytesOut = bytesOut
+  rec.frames = framesOut
+  rec.usage = usageOf(tracker)
+  rec.partial = verdict.partial
+  rec.evidence = verdict.ok
+
+  if (verdict.ok) {
+    await endResponse(res)
+    return { code: 'ok' }
+  }
+  const f = verdict.failure!
+  const err = failure ?? new SluiceError(f.code, {}, f.message)
+  deps.ledger.countRefusal(err.code)
+  if (tracker.closed && f.frame !== -1 && !f.inBand) {
+    // The client already has the stream's own terminal frame: a tail would not be read.
+    await endResponse(res)
+    return { code: err.code }
+  }
+  const record = failureRecord(err, rec, { frames: framesOut, bytes: bytesOut }, verdict.usage)
+  const tail = inspector.failureTail(record, deps.signer.sign(record), tracker.tailContext(closing))
+  await endResponse(res, tail)
+  return { code: err.code }
+}
+
+export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
+  const { deps, rec, up, res, holdings, signal } = ctx
+  const inspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
+  const cap = deps.config.limits.maxOutputBytes
+  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, true), 'x-sluice-exchange-id': rec.exchangeId })
+  const kept: Buffer[] = []
+  let keptBytes = 0
+  let keeping = true
+  let bytesOut = 0
+  try {
+    for await (const data of up.body) {
+      const chunk = data as Buffer
+      if (keeping) {
+        if (keptBytes + chunk.length <= cap && holdings.tryReserve(chunk.length)) {
+          kept.push(chunk)
+          keptBytes += chunk.length
+        } else {
+          // Too large to keep for usage: forward only.
+          keeping = false
+          kept.length = 0
+          holdings.unreserve(keptBytes)
+          keptBytes = 0
+        }
+      }
+      bytesOut += chunk.length
+      if (!res.write(chunk)) await drained(res, signal)
+    }
+  } catch (err) {
+    if (keptBytes > 0) holdings.unreserve(keptBytes)
+    const se = transportError(err, signal)
+    rec.bytesOut = bytesOut
+    rec.partial = true
+    if (se.code !== 'client_closed') deps.ledger.countRefusal(se.code)
+    // A JSON body cut short cannot carry an error event: end the connection so the client
+    // sees a truncated body, never a complete-looking one.
+    res.destroy()
+    return { code: se.code }
+  }
+  rec.bytesOut = bytesOut
+  if (keeping && keptBytes > 0) {
+    await takeParse(ctx)
+    try {
+      const usage = inspector.extractUsage(Buffer.concat(kept, keptBytes))
+      rec.usage = usage ? { ...usage } as Record<string, number> : null
+    } catch {
+      rec.usage = null
+    } finally {
+      holdings.releaseParse()
+      kept.length = 0
+      holdings.unreserve(keptBytes)
+    }
+  }
+  rec.partial = false
+  rec.evidence = up.statusCode < 300
+  await endResponse(res)
+  return { code: 'ok' }
+}
+
+function usageOf (tracker: StreamTracker): Record<string, number> | null {
+  const u = tracker.usage
+  return u ? { ...u } as Record<string, number> : null
+}
+
+/** Ends the response (optionally with a last chunk) and waits for it to be flushed or closed. */
+async function endResponse (res: ServerResponse, last?: Buffer): Promise<void> {
+  if (res.destroyed) return
+  await new Promise<void>((resolve) => {
+    res.once('close', resolve)
+    res.end(last, () => resolve())
+  })
+}
