@@ -1,0 +1,62 @@
+// A gateway in front of a simulated provider that lives in the test process, so tests can
+// watch exactly what reaches the upstream (sim.events) and compare with direct calls.
+
+import { startSim, type Sim, type SimEndEvent, type SimRequestEvent } from '../../src/sim/index.ts'
+import { sha256Hex } from '../../src/config/load.ts'
+import { startGateway, type Gateway } from './gateway.ts'
+
+export const KEY = 'sk-test-gateway-key-0123456789'
+export const PROVIDER_KEY = 'sk-provider-secret-abcdef'
+
+export interface Rig {
+  sim: Sim
+  gw: Gateway
+  /** Base URL of the gateway, e.g. http://127.0.0.1:PORT */
+  url: string
+  requests: SimRequestEvent[]
+  ends: SimEndEvent[]
+  close (): Promise<void>
+}
+
+export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[] } = {}): Promise<Rig> {
+  const sim = await startSim({ apiKey: PROVIDER_KEY })
+  const requests: SimRequestEvent[] = []
+  const ends: SimEndEvent[] = []
+  sim.events.on('request', (e) => requests.push(e))
+  sim.events.on('end', (e) => ends.push(e))
+  const providers = opts.providers?.(sim.url) ?? [
+    { name: 'sim-chat', protocol: 'openai-chat', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-4o*', 'sim-chat'], aliases: { 'fast-chat': 'gpt-4o-mini' } },
+    { name: 'sim-responses', protocol: 'openai-responses', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-5*', 'sim-responses'] },
+    { name: 'sim-messages', protocol: 'anthropic', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['claude-*'] },
+  ]
+  const gw = await startGateway({
+    workers: opts.workers ?? 1,
+    limits: opts.limits ?? {},
+    upstream: opts.upstream ?? {},
+    keys: opts.keys ?? [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],
+    providers,
+  }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY } })
+  return {
+    sim,
+    gw,
+    url: `http://127.0.0.1:${gw.port}`,
+    requests,
+    ends,
+    async close () {
+      await gw.stop()
+      await sim.close()
+    },
+  }
+}
+
+export const SIGNING_KEY = 'test-signing-key-for-failure-tails'
+
+export function chatBody (text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'gpt-4o-mini', messages: [{ role: 'user', content: text }], ...extra }
+}
+export function responsesBody (text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'gpt-5.5', input: text, ...extra }
+}
+export function messagesBody (text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'claude-opus-5-5', max_tokens: 256, messages: [{ role: 'user', content: text }], ...extra }
+}
