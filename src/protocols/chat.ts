@@ -20,8 +20,9 @@
 //      else                                                                -> pass
 //      (three substring searches: ~0.3-1 µs; used for the few frames of a stream that are
 //      not plain deltas, and for providers with other key orders).
-//   A frame with no data line (comments, `retry:`) is pass; a frame with an `event:` line is
-//   read with the general parser and judged on its payload the same way.
+//   A frame with no data line (comments, `retry:`) or an empty one (SSE dispatches no event
+//   for it) is pass; a frame with an `event:` line is read with the general parser and judged
+//   on its payload the same way.
 // What it catches: a payload cut short or not a JSON object (the sim's malformed-frame fault
 // ends inside a string), a non-JSON data line, a frame of field lines with no JSON.
 // What it cannot catch: damage inside a payload that still begins with `{` and ends with `}`
@@ -74,6 +75,7 @@ function quietTail (f: Buffer, end: number): boolean {
 
 /** Judges an exact payload [start, end). */
 function classifyPayload (f: Buffer, start: number, end: number): FrameClass {
+  if (start === end) return 'pass' // an empty data field dispatches no event (SSE)
   if (isDone(f, start, end)) return 'inspect'
   if (!isObjectShaped(f, start, end)) return 'malformed'
   const s = trimmed.start
@@ -114,7 +116,7 @@ function usageOf (u: unknown): Usage | undefined {
 
 export function inspect (frame: Uint8Array): FrameFacts {
   const { event, data } = payloadOf(asBuffer(frame))
-  if (data === null) return {}
+  if (data === null || data.length === 0) return {}
   trim(data, 0, data.length)
   if (isDone(data, 0, data.length)) return { terminal: 'done' }
   const obj = parseObject(data, event)

@@ -35,7 +35,7 @@ function usageOf (u: unknown): Usage | undefined {
 
 export function inspect (frame: Uint8Array): FrameFacts {
   const { event, data } = payloadOf(asBuffer(frame))
-  if (data === null) return {}
+  if (data === null || data.length === 0) return {}
   trim(data, 0, data.length)
   if (isDone(data, 0, data.length)) return {}
   const obj = parseObject(data, event)

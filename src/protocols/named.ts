@@ -7,7 +7,7 @@
 //   2. `data: {"type":"<name>"` ... `}` with no event line: the same, by the payload's type.
 //      `data: {` ... `}` without a leading type: inspect (let the parser read its type).
 //   3. anything else goes through the general SSE parser, on the exact data payload: no data
-//      line (comment, `retry:`) -> pass; `[DONE]` -> pass (not part of these protocols, sent
+//      line (comment, `retry:`) or an empty one (no event is dispatched) -> pass; `[DONE]` -> pass (not part of these protocols, sent
 //      by some compatible servers); not `{`...`}` -> malformed; else by the event name / type.
 // What it catches: a data payload cut short or not an object (the sim's malformed-frame fault
 // ends inside a string), a data line that is not JSON at all, a frame that is only field
@@ -30,7 +30,7 @@ export function namedClassifier (inspectNames: readonly string[]): (frame: Uint8
   const general = (f: Buffer): FrameClass => {
     const r = readFrame(f)
     const data = r.data
-    if (data === null) return 'pass'
+    if (data === null || data.length === 0) return 'pass'
     if (isDone(data, 0, data.length)) return 'pass'
     if (!isObjectShaped(data, 0, data.length)) return 'malformed'
     if (r.event !== null) return nameSet.has(r.event) ? 'inspect' : 'pass'

@@ -71,7 +71,7 @@ function readResponse (r: unknown, facts: FrameFacts): Record<string, unknown> |
 
 export function inspect (frame: Uint8Array): FrameFacts {
   const { event, data } = payloadOf(asBuffer(frame))
-  if (data === null) return {}
+  if (data === null || data.length === 0) return {}
   trim(data, 0, data.length)
   if (isDone(data, 0, data.length)) return {}
   const obj = parseObject(data, event)

@@ -35,6 +35,8 @@ t.test('chat: deltas pass, terminal/usage/error frames are inspected', async t =
     // SSE shapes: comments, ids, CRLF, several data lines
     [': keep-alive', 'pass'],
     ['retry: 1000', 'pass'],
+    ['data:', 'pass'],
+    ['data: ', 'pass'],
     ['id: 5\ndata: ' + CHUNK + '}', 'pass'],
     ['data: ' + CHUNK + '}\r\nid: 5', 'pass'],
     ['data: {"id":"x",\ndata: "choices":[],"usage":{"prompt_tokens":1}}', 'inspect'],
@@ -47,7 +49,7 @@ t.test('chat: what the byte checks call malformed, and what they cannot see', as
     // the sim's malformed-frame fault: a payload cut inside a string
     ['data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"sim-malformed', 'malformed'],
     ['data: not json', 'malformed'],
-    ['data: ', 'malformed'],
+    ['data:  ', 'malformed'],
     ['data: [1,2]', 'malformed'],
     ['data: {"a":1}\ndata: tail', 'malformed'],
     ['data: "text"', 'malformed'],
@@ -92,6 +94,7 @@ t.test('responses: by event name', async t => {
     [named('response.completed', '{"type":"response.completed"}') + '\nid: 9', 'inspect'],
     [': ping', 'pass'],
     ['data: [DONE]', 'pass'],
+    ['event: response.completed\ndata:', 'pass'],
     // malformed
     [named('response.output_text.delta', '{"type":"response.output_text.delta","sequence_number":3,"delta":"sim-malformed'), 'malformed'],
     [named('response.completed', 'nope'), 'malformed'],
