@@ -1,0 +1,232 @@
+// The parser pool: request preparation (src/json/prepare.ts) in heap-limited piscina threads,
+// so a hostile body that survives the byte, depth and node caps can still only exhaust a
+// parser thread's heap, never the HTTP worker's.
+//
+// Design
+//   threads     minThreads = maxThreads = `threads`, idleTimeout Infinity: always warm, never
+//               reaped. Concurrency is bounded upstream by the ledger's parse gate (the caller
+//               holds a parse permit for the whole call), so the piscina queue stays short.
+//   heap        resourceLimits sets BOTH maxOldGenerationSizeMb and maxYoungGenerationSizeMb:
+//               with the old-generation limit alone, a huge JSON.parse on Node 24 can take the
+//               whole process down (FATAL, exit 134) instead of failing the thread
+//               (PLATFORM.md "Node").
+//   flags       module preloads (--import, --require) are not inherited: see withoutPreloads.
+//   transfer    the body's ArrayBuffer is transferred in and the result's transferred back
+//               (src/json/task.ts): no copy of up to 16 MiB each way. A body that does not own
+//               its whole, transferable ArrayBuffer (a pooled Buffer slice, a view into a larger
+//               buffer, shared memory) is copied once first, because transferring it would
+//               detach memory that is not the caller's to give.
+//
+// Invariant: a failed call settles only after the thread it ran on has exited
+//   DESIGN.md step 5: "A parse that fails by crashing its worker keeps the permit until that
+//   worker's exit is observed". Piscina does not promise that order: it rejects a task from
+//   the thread's 'error' event (an uncaught error arrives as a message, long before the
+//   thread has stopped), and on an abort it rejects first and terminates the thread after.
+//   It does one thing in a fixed order, though: it removes a failing thread from
+//   `piscina.threads` synchronously BEFORE rejecting that thread's tasks. So:
+//     - every thread is tracked from birth to its observed 'exit' (diagnostics_channel
+//       'worker_threads' fires synchronously inside `new Worker`, before piscina can post a
+//       task to it; threads that are not this pool's are dropped a microtask later);
+//     - on any rejection, prepare() waits for the exit of every tracked thread that piscina
+//       has already let go of (tracked, exit not yet seen, no longer in `piscina.threads`).
+//       The failed task's own thread is among them; a thread let go of for another reason
+//       at the same moment only makes the wait longer, never shorter.
+//   (On Node 24 an out-of-memory death emits 'error' and 'exit' in one synchronous block, so
+//   the wait is usually already over; an uncaught error or an abort makes it real. Both
+//   orders are tested in test/unit/json/pool.test.ts.)
+//
+// Recovery: piscina starts a replacement thread as soon as one fails; the next task runs on
+// it. A thread that dies with no task (nothing here does that) is counted, not thrown.
+
+import dc from 'node:diagnostics_channel'
+import { isMarkedAsUntransferable, type Worker } from 'node:worker_threads'
+import { Piscina } from 'piscina'
+import { SluiceError, isErrorCode } from '../errors.ts'
+import type { PrepareResult, PrepareTask } from './prepare.ts'
+
+export interface ParserPoolOptions {
+  /** Pool threads (config limits.parserThreads). */
+  threads: number
+  /** Old-generation heap per thread, MiB (limits.parserHeapMb). */
+  heapMb: number
+  /** Young-generation heap per thread, MiB (limits.parserYoungGenMb). */
+  youngGenMb: number
+  /** Tests only: another task file with the same contract as ./task.ts. */
+  filename?: string
+}
+
+export interface ParserPoolStats {
+  /** Threads started and whose exit has not been observed (a dying thread still counts). */
+  threadsAlive: number
+  /** Threads that exited while the pool was open (crashed or were cancelled). */
+  threadsLost: number
+  /** Tasks waiting for a thread. */
+  queued: number
+  /** Calls that returned a result, `ok` or a refusal. */
+  completed: number
+  /** Calls that rejected: the thread died, the call was aborted, or the pool closed. */
+  failed: number
+}
+
+const TASK_FILE = new URL('./task.ts', import.meta.url).href
+
+interface Tracked {
+  exited: Promise<void>
+  onExit: () => void
+}
+
+export class ParserPool {
+  readonly #piscina: Piscina<PrepareTask, PrepareResult>
+  /** Every thread of this pool from its creation until its 'exit' has been observed. */
+  readonly #threads = new Map<Worker, Tracked>()
+  readonly #onWorker = (message: unknown): void => { this.#track((message as { worker: Worker }).worker) }
+  #completed = 0
+  #failed = 0
+  #lost = 0
+  #closing: Promise<void> | null = null
+
+  constructor ({ threads, heapMb, youngGenMb, filename = TASK_FILE }: ParserPoolOptions) {
+    for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
+      if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
+    }
+    // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
+    dc.subscribe('worker_threads', this.#onWorker)
+    this.#piscina = new Piscina({
+      filename,
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: Infinity,
+      resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
+      execArgv: withoutPreloads(process.execArgv),
+    })
+    // Piscina emits 'error' when a thread with no task fails; without a listener that would
+    // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
+    this.#piscina.on('error', () => {})
+  }
+
+  /**
+   * Prepare one request body in a pool thread. `task.body`'s ArrayBuffer is transferred
+   * (detached here) when it owns all of it, copied once otherwise; either way the caller
+   * must not use it again. Resolves with the result, refusals included (`ok: false`).
+   * Rejects with a SluiceError, only after the thread that ran the task has exited:
+   *   worker_heap_exhausted { pool: 'parser' }  the thread ran out of heap on this body
+   *   worker_lost { pool: 'parser' }            the thread died some other way
+   *   client_closed { pool: 'parser' }          `signal` aborted (a catalogue-coded reason is kept)
+   *   shutting_down { pool: 'parser' }          close() was called
+   */
+  async prepare (task: PrepareTask, opts: { signal?: AbortSignal } = {}): Promise<PrepareResult> {
+    if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
+    const body = transferable(task.body)
+    const lostBefore = this.#lost
+    let result: PrepareResult
+    try {
+      result = await this.#piscina.run(
+        { body, route: task.route, limits: task.limits, aliases: task.aliases },
+        { transferList: [body.buffer], signal: opts.signal ?? null },
+      )
+    } catch (err) {
+      this.#failed++
+      // The caller holds the parse permit until this settles: wait for the dead thread.
+      const departed = this.#departed()
+      await Promise.all(departed)
+      throw this.#failure(err, departed.length > 0 || this.#lost > lostBefore, opts.signal)
+    }
+    this.#completed++
+    return result
+  }
+
+  stats (): ParserPoolStats {
+    return {
+      threadsAlive: this.#threads.size,
+      threadsLost: this.#lost,
+      queued: this.#piscina.queueSize,
+      completed: this.#completed,
+      failed: this.#failed,
+    }
+  }
+
+  /** Finish running tasks, stop every thread, and resolve once each thread's exit is observed. */
+  close (): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.#piscina.close()
+      await Promise.all([...this.#threads.values()].map((t) => t.exited))
+      dc.unsubscribe('worker_threads', this.#onWorker)
+    })()
+    return this.#closing
+  }
+
+  #track (worker: Worker): void {
+    const { promise, resolve } = Promise.withResolvers<void>()
+    const onExit = (): void => {
+      this.#threads.delete(worker)
+      if (this.#closing === null) this.#lost++
+      resolve()
+    }
+    this.#threads.set(worker, { exited: promise, onExit })
+    worker.once('exit', onExit)
+    // Published inside `new Worker`, before piscina has added it to its list: look a
+    // microtask later and drop threads that belong to someone else.
+    queueMicrotask(() => {
+      if (!this.#piscina.threads.includes(worker) && this.#threads.get(worker)?.onExit === onExit) {
+        worker.off('exit', onExit)
+        this.#threads.delete(worker)
+      }
+    })
+  }
+
+  /** Exit promises of the threads piscina has let go of whose exit has not been observed yet. */
+  #departed (): Array<Promise<void>> {
+    const current = new Set(this.#piscina.threads)
+    const waits: Array<Promise<void>> = []
+    for (const [worker, t] of this.#threads) if (!current.has(worker)) waits.push(t.exited)
+    return waits
+  }
+
+  #failure (err: unknown, threadLost: boolean, signal: AbortSignal | undefined): SluiceError {
+    if (signal?.aborted) {
+      const reason = signal.reason as { code?: unknown } | undefined
+      return reason && isErrorCode(reason.code) ? SluiceError.from(reason) : new SluiceError('client_closed', { pool: 'parser' })
+    }
+    if (this.#closing !== null) return new SluiceError('shutting_down', { pool: 'parser' })
+    if ((err as { code?: unknown } | null)?.code === 'ERR_WORKER_OUT_OF_MEMORY') {
+      return new SluiceError('worker_heap_exhausted', { pool: 'parser' }, 'a parser thread ran out of heap on this request body')
+    }
+    if (threadLost) return new SluiceError('worker_lost', { pool: 'parser' }, 'a parser thread stopped while preparing this request')
+    return new SluiceError('internal_error', { pool: 'parser' }, `parser pool: ${err instanceof Error ? err.message : String(err)}`)
+  }
+}
+
+const PRELOAD_FLAGS = new Set(['--import', '--require', '-r', '--loader', '--experimental-loader'])
+
+/**
+ * The parent's flags minus module preloads. A worker inherits execArgv by default, and a
+ * preload (a test runner's hooks, telemetry auto-instrumentation) would run in every parser
+ * thread and eat its small heap: measured under tap, a 16 MiB thread died of heap before its
+ * first task. A parser thread needs nothing but its task file. Other flags (profilers) stay.
+ */
+export function withoutPreloads (execArgv: readonly string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < execArgv.length; i++) {
+    const arg = execArgv[i]
+    const eq = arg.indexOf('=')
+    if (PRELOAD_FLAGS.has(eq === -1 ? arg : arg.slice(0, eq))) {
+      if (eq === -1) i++ // `--import x`: skip the value too
+      continue
+    }
+    out.push(arg)
+  }
+  return out
+}
+
+/** `body` if it owns its whole ArrayBuffer and that buffer may be transferred, else a copy. */
+function transferable (body: Uint8Array): Uint8Array<ArrayBuffer> {
+  const buffer = body.buffer
+  if (buffer instanceof ArrayBuffer && buffer.detached) {
+    throw new SluiceError('internal_error', { pool: 'parser' }, 'parser pool: the body was already transferred')
+  }
+  if (buffer instanceof ArrayBuffer && body.byteOffset === 0 && body.byteLength === buffer.byteLength &&
+    !isMarkedAsUntransferable(buffer)) {
+    return body as Uint8Array<ArrayBuffer>
+  }
+  return new Uint8Array(body)
+}

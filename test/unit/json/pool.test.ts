@@ -1,0 +1,233 @@
+// ParserPool: concurrent tasks, zero-copy transfer, a parser thread that dies (out of heap,
+// an uncaught error, an abort) settles the call only after that thread's exit, recovery on a
+// fresh thread, and close() leaving no threads.
+
+import t from 'tap'
+import dc from 'node:diagnostics_channel'
+import { readFileSync, readdirSync } from 'node:fs'
+import type { Worker } from 'node:worker_threads'
+import { Piscina, transferableSymbol, valueSymbol } from 'piscina'
+import { ParserPool, withoutPreloads } from '../../../src/json/pool.ts'
+import parserTask from '../../../src/json/task.ts'
+import { SluiceError } from '../../../src/errors.ts'
+import type { PrepareTask } from '../../../src/json/prepare.ts'
+
+const enc = new TextEncoder()
+const LIMITS = { maxDepth: 128, maxNodes: 1_000_000 }
+const task = (body: Uint8Array, over: Partial<PrepareTask> = {}): PrepareTask => ({ body, route: 'chat', limits: LIMITS, aliases: {}, ...over })
+const CRASH_TASK = new URL('./crash-task.ts', import.meta.url).href
+
+/**
+ * Watches every thread created from now on, independently of the pool: one shared sequence
+ * numbers thread exits and the moments the test observes a settlement, so "A before B" is a
+ * comparison of two numbers.
+ */
+function watchThreads () {
+  let seq = 0
+  const exits: Array<{ seq: number; threadId: number; code: number }> = []
+  const created: Array<{ worker: Worker; threadId: number }> = []
+  const onWorker = (m: unknown) => {
+    const worker = (m as { worker: Worker }).worker
+    const threadId = worker.threadId // -1 once the thread has exited
+    created.push({ worker, threadId })
+    worker.once('exit', (code) => exits.push({ seq: ++seq, threadId, code }))
+  }
+  dc.subscribe('worker_threads', onWorker)
+  return {
+    exits,
+    created,
+    now: () => ++seq,
+    stop: () => dc.unsubscribe('worker_threads', onWorker),
+  }
+}
+
+async function settle<T> (p: Promise<T>, now: () => number): Promise<{ at: number; value?: T; error?: SluiceError }> {
+  try {
+    const value = await p
+    return { at: now(), value }
+  } catch (e) {
+    return { at: now(), error: e as SluiceError }
+  }
+}
+
+const fixtures = (() => {
+  const dir = new URL('../../../../shared/fixtures/clients/', import.meta.url)
+  return readdirSync(dir).filter((f) => f.includes('-POST-')).map((f) => {
+    const rec = JSON.parse(readFileSync(new URL(f, dir), 'utf8')) as { url: string; body: { model: string; stream?: boolean } }
+    const route = rec.url.startsWith('/v1/messages') ? 'messages' as const : rec.url.startsWith('/v1/responses') ? 'responses' as const : 'chat' as const
+    return { name: f, route, body: rec.body, text: JSON.stringify(rec.body) }
+  })
+})()
+
+/** Valid JSON, within the node cap, that JSON.parse cannot build in a 16 MiB heap (6.4 MB of small objects). */
+function hostileBody (): Uint8Array {
+  return enc.encode('{"model":"m","input":[' + new Array(400_000).fill('{"a":1,"b":"x"}').join(',') + ']}')
+}
+
+t.test('the task runs in-thread and hands its body back as a transfer, not a copy', async (t) => {
+  const body = enc.encode('{"model":"m","stream":true}')
+  const out = parserTask(task(body)) as Record<symbol, unknown>
+  t.equal(out[transferableSymbol], body.buffer, 'the ArrayBuffer that came in is the one that goes out')
+  const value = out[valueSymbol] as { ok: boolean; body: Uint8Array; stream: boolean }
+  t.ok(value.ok && value.body === body && value.stream)
+  t.same(parserTask(task(enc.encode('[]'))), { ok: false, error: { code: 'invalid_request', details: { field: 'body', reason: 'must be a JSON object' } } }, 'a refusal is plain data')
+})
+
+t.test('concurrent tasks on two threads: every fixture body, with and without an alias', async (t) => {
+  const pool = new ParserPool({ threads: 2, heapMb: 64, youngGenMb: 16 })
+  t.teardown(() => pool.close())
+  const jobs = Array.from({ length: 36 }, (_, i) => {
+    const f = fixtures[i % fixtures.length]
+    const aliased = i % 3 === 0
+    return pool.prepare(task(enc.encode(f.text), { route: f.route, aliases: aliased ? { [f.body.model]: `alias-${i}` } : {} }))
+      .then((r) => ({ r, f, i, aliased }))
+  })
+  for (const { r, f, i, aliased } of await Promise.all(jobs)) {
+    if (!r.ok) { t.fail(`${f.name}: ${r.error.code}`); continue }
+    t.equal(r.model, aliased ? `alias-${i}` : f.body.model, `${f.name} #${i}: model`)
+    t.equal(r.stream, f.body.stream === true, `${f.name} #${i}: stream`)
+    t.equal(r.rewritten, aliased)
+    const sent = JSON.parse(new TextDecoder().decode(r.body)) as Record<string, unknown>
+    t.same(sent, { ...f.body, model: r.model }, `${f.name} #${i}: body`)
+  }
+  t.match(pool.stats(), { threadsAlive: 2, threadsLost: 0, completed: 36, failed: 0 })
+  // refusals come back as results, not rejections
+  const refused = await pool.prepare(task(enc.encode('{"model":1}')))
+  t.same(refused, { ok: false, error: { code: 'invalid_request', details: { field: 'model', reason: 'must be a string' } } })
+})
+
+t.test('zero copy: the body ArrayBuffer is transferred in (detached here) and comes back', async (t) => {
+  const pool = new ParserPool({ threads: 1, heapMb: 64, youngGenMb: 16 })
+  t.teardown(() => pool.close())
+  const text = fixtures[0].text
+  const body = enc.encode(text)
+  t.equal(body.byteLength, body.buffer.byteLength, 'the body owns its whole ArrayBuffer')
+  const r = await pool.prepare(task(body, { route: fixtures[0].route }))
+  t.equal(body.buffer.detached, true, 'the caller gave its buffer up')
+  t.equal(body.byteLength, 0)
+  t.ok(r.ok && new TextDecoder().decode(r.body) === text, 'the same bytes came back')
+
+  // memory that is not the caller's to give is copied, never detached
+  const pooled = Buffer.from('{"model":"small"}') // a slice of Node's shared Buffer pool
+  const r2 = await pool.prepare(task(pooled))
+  t.equal(pooled.buffer.detached, false, 'the shared Buffer pool is intact')
+  t.equal(pooled.toString(), '{"model":"small"}')
+  t.ok(r2.ok && r2.model === 'small')
+  const whole = enc.encode('xxxx{"model":"inner"}')
+  const r3 = await pool.prepare(task(whole.subarray(4)))
+  t.equal(whole.buffer.detached, false, 'a view into a larger buffer is copied')
+  t.ok(r3.ok && r3.model === 'inner')
+  const shared = new Uint8Array(new SharedArrayBuffer(13))
+  shared.set(enc.encode('{"model":"s"}'))
+  t.ok((await pool.prepare(task(shared))).ok, 'shared memory is copied')
+
+  await t.rejects(pool.prepare(task(body)), { code: 'internal_error' }, 'a body already given up is refused, not parsed as empty')
+})
+
+t.test('a body that blows the parser heap: worker_heap_exhausted after the thread exit, then a fresh thread serves', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 16 })
+  t.teardown(() => pool.close())
+  t.ok((await pool.prepare(task(enc.encode('{"model":"warm"}')))).ok, 'warm')
+
+  const hostile = hostileBody()
+  const limits = { maxDepth: 128, maxNodes: 2_000_000 } // 1.2M nodes: passes the caps
+  const res = await settle(pool.prepare(task(hostile, { limits })), watch.now)
+  t.ok(res.error instanceof SluiceError, 'rejected with a SluiceError')
+  t.equal(res.error?.code, 'worker_heap_exhausted')
+  t.same(res.error?.details, { pool: 'parser' })
+  t.equal(res.error?.status, 503)
+  const died = watch.exits.filter((e) => e.seq < res.at)
+  t.equal(died.length, 1, 'exactly one thread exited, before the call settled')
+  t.match(pool.stats(), { threadsLost: 1, failed: 1 })
+
+  const next = await pool.prepare(task(enc.encode('{"model":"after","stream":true}')))
+  t.ok(next.ok && next.model === 'after' && next.stream, 'the next task succeeds')
+  t.equal(pool.stats().threadsAlive, 1, 'on a fresh thread')
+  t.not(watch.created.at(-1)?.threadId, died[0].threadId)
+})
+
+t.test('a thread that dies by an uncaught error: piscina alone rejects before the exit; the pool only after', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+
+  // the control: raw piscina settles the task while the dying thread has not exited yet
+  const raw = new Piscina({ filename: CRASH_TASK, minThreads: 1, maxThreads: 1 })
+  raw.on('error', () => {})
+  const rawRes = await settle(raw.run({}), watch.now)
+  t.equal(watch.exits.filter((e) => e.seq < rawRes.at).length, 0, 'piscina rejected before the thread exited')
+  await raw.close()
+
+  const rawThreads = watch.created.length // the raw pool's crashed thread may still exit later: not ours
+  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 16, filename: CRASH_TASK })
+  t.teardown(() => pool.close())
+  const res = await settle(pool.prepare(task(enc.encode('{"model":"m"}'))), watch.now)
+  t.equal(res.error?.code, 'worker_lost')
+  t.same(res.error?.details, { pool: 'parser' })
+  const ours = new Set(watch.created.slice(rawThreads).map((c) => c.threadId))
+  const exited = watch.exits.filter((e) => ours.has(e.threadId) && e.seq < res.at)
+  t.equal(exited.length, 1, 'the pool settled only after the thread exit')
+  t.match(pool.stats(), { threadsLost: 1, failed: 1, threadsAlive: 1 })
+})
+
+t.test('abort: a queued call rejects at once; a running call rejects after its thread exit; the pool recovers', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+  const pool = new ParserPool({ threads: 1, heapMb: 256, youngGenMb: 16 })
+  t.teardown(() => pool.close())
+  t.ok((await pool.prepare(task(enc.encode('{"model":"warm"}')))).ok)
+
+  const early = new AbortController()
+  early.abort()
+  const body = enc.encode('{"model":"m"}')
+  await t.rejects(pool.prepare(task(body), { signal: early.signal }), { code: 'client_closed' })
+  t.equal(pool.stats().threadsLost, 0, 'no thread was touched')
+
+  // 8 MB of real request text: long enough to still be running when the abort lands
+  const big = enc.encode(JSON.stringify({ model: 'm', input: Array.from({ length: 40 }, () => fixtures[3].body) }).padEnd(8e6, ' '))
+  const ac = new AbortController()
+  const pending = settle(pool.prepare(task(big), { signal: ac.signal }), watch.now)
+  setImmediate(() => ac.abort())
+  const res = await pending
+  t.equal(res.error?.code, 'client_closed')
+  t.equal(watch.exits.filter((e) => e.seq < res.at).length, 1, 'the cancelled thread exited before the call settled')
+
+  const reason = new AbortController()
+  reason.abort(new SluiceError('capacity_timeout'))
+  await t.rejects(pool.prepare(task(enc.encode('{"model":"m"}')), { signal: reason.signal }), { code: 'capacity_timeout' }, 'a catalogue-coded reason is kept')
+
+  const next = await pool.prepare(task(enc.encode('{"model":"after"}')))
+  t.ok(next.ok && next.model === 'after')
+})
+
+t.test('close() waits for every thread exit and leaves none; later calls are refused', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+  const pool = new ParserPool({ threads: 3, heapMb: 32, youngGenMb: 8 })
+  const results = await Promise.all(fixtures.slice(0, 6).map((f) => pool.prepare(task(enc.encode(f.text), { route: f.route }))))
+  t.ok(results.every((r) => r.ok))
+  t.equal(pool.stats().threadsAlive, 3)
+  for (const { worker } of watch.created) {
+    t.match(worker.resourceLimits, { maxOldGenerationSizeMb: 32, maxYoungGenerationSizeMb: 8 }, 'both heap limits are set on every thread')
+  }
+  await pool.close()
+  t.equal(pool.stats().threadsAlive, 0)
+  t.equal(pool.stats().threadsLost, 0, 'a clean close loses nothing')
+  t.equal(watch.created.length, 3)
+  t.equal(watch.exits.length, 3, 'every thread exit observed by the time close() resolved')
+  t.ok(watch.created.every((c) => c.worker.threadId === -1), 'no thread left running')
+  await t.rejects(pool.prepare(task(enc.encode('{"model":"m"}'))), { code: 'shutting_down' })
+  t.equal(pool.close(), pool.close(), 'close is idempotent')
+})
+
+t.test('parser threads do not inherit module preloads (a test runner\'s hooks, telemetry)', async (t) => {
+  t.same(withoutPreloads(['--import=file:///a.mjs', '--enable-source-maps', '--require', './b.cjs', '-r', 'c', '--cpu-prof', '--loader=x', '--experimental-loader', 'y', '--max-semi-space-size=4']),
+    ['--enable-source-maps', '--cpu-prof', '--max-semi-space-size=4'])
+})
+
+t.test('options are validated', async (t) => {
+  t.throws(() => new ParserPool({ threads: 0, heapMb: 16, youngGenMb: 16 }), /threads must be a positive integer/)
+  t.throws(() => new ParserPool({ threads: 1, heapMb: 1.5, youngGenMb: 16 }), /heapMb/)
+  t.throws(() => new ParserPool({ threads: 1, heapMb: 16, youngGenMb: Number.NaN }), /youngGenMb/)
+})
