@@ -4,7 +4,10 @@
 
 import t from 'tap'
 import dc from 'node:diagnostics_channel'
-import { readFileSync, readdirSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import type { Worker } from 'node:worker_threads'
 import { Piscina, transferableSymbol, valueSymbol } from 'piscina'
 import { ParserPool, withoutPreloads } from '../../../src/json/pool.ts'
@@ -15,7 +18,19 @@ import type { PrepareTask } from '../../../src/json/prepare.ts'
 const enc = new TextEncoder()
 const LIMITS = { maxDepth: 128, maxNodes: 1_000_000 }
 const task = (body: Uint8Array, over: Partial<PrepareTask> = {}): PrepareTask => ({ body, route: 'chat', limits: LIMITS, aliases: {}, ...over })
-const CRASH_TASK = new URL('./crash-task.ts', import.meta.url).href
+
+/**
+ * A task file whose task kills its thread the way an uncaught error does: piscina hears the
+ * error (a message) before the thread has stopped. Written to a temporary directory so the
+ * test folder holds only tests.
+ */
+const CRASH_TASK = (() => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-crash-task-'))
+  const file = join(dir, 'crash-task.mjs')
+  writeFileSync(file, "export default function crashTask () {\n  setImmediate(() => { throw new Error('parser thread crash (test)') })\n  return new Promise(() => {})\n}\n")
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return pathToFileURL(file).href
+})()
 
 /**
  * Watches every thread created from now on, independently of the pool: one shared sequence
