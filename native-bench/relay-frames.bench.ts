@@ -8,8 +8,8 @@
 // memory: no sockets, no HTTP. DESIGN.md's target for the whole relay is <= 2 ms of CPU per
 // 1000 events; this share should be a small part of it.
 //
-//   node native-bench/relay-frames.bench.ts [--rounds N]
-// (also run by `npm run bench`). Prints a table; exits 0.
+//   node native-bench/relay-frames.bench.ts [--rounds N] [--quick]
+// (also run by `npm run bench`; --quick = 60 rounds). Prints a table; exits 0.
 
 import { request } from 'node:http'
 import { startSim } from '../src/sim/index.ts'
@@ -109,7 +109,8 @@ function measure (fn: (s: Stream) => number, s: Stream, rounds: number): number 
 
 export async function main (argv: string[] = process.argv.slice(2)): Promise<void> {
   const r = argv.indexOf('--rounds')
-  const rounds = r === -1 ? 300 : Math.max(10, Number(argv[r + 1]) || 300)
+  const fallback = argv.includes('--quick') ? 60 : 300
+  const rounds = r === -1 ? fallback : Math.max(10, Number(argv[r + 1]) || fallback)
   const sim = await startSim()
   const streams: Stream[] = []
   try {
@@ -124,7 +125,7 @@ export async function main (argv: string[] = process.argv.slice(2)): Promise<voi
     await sim.close()
   }
 
-  const rows: string[][] = [['stream', 'events', 'KiB', 'chunks', 'framer', 'framer+classify', 'naive parse-all', 'speed-up']]
+  const rows: string[][] = [['stream', 'events', 'KiB', 'chunks', 'framer', 'framer+classify+tracker', 'naive parse-all', 'speed-up']]
   for (const s of streams) {
     const per1k = (ms: number): number => (ms * 1000) / s.events
     const f = per1k(measure(framerOnly, s, rounds))
