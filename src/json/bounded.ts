@@ -66,7 +66,7 @@ const SHORT_SCAN = 32
 
 // Byte classes for the main loop: one table load and a switch (a jump table) instead of a
 // chain of compares; worth 1.7x on indented bodies, where whitespace is most of the bytes.
-const C_OTHER = 0
+const C_OTHER = 0 // every byte not set below (the zero fill): whitespace, `:`, invalid bytes
 const C_QUOTE = 1
 const C_OPEN = 2
 const C_CLOSE = 3
