@@ -91,14 +91,19 @@ export class ParserPool {
     }
     // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
     dc.subscribe('worker_threads', this.#onWorker)
-    this.#piscina = new Piscina({
-      filename,
-      minThreads: threads,
-      maxThreads: threads,
-      idleTimeout: Infinity,
-      resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
-      execArgv: withoutPreloads(process.execArgv),
-    })
+    try {
+      this.#piscina = new Piscina({
+        filename,
+        minThreads: threads,
+        maxThreads: threads,
+        idleTimeout: Infinity,
+        resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
+        execArgv: withoutPreloads(process.execArgv),
+      })
+    } catch (err) {
+      dc.unsubscribe('worker_threads', this.#onWorker)
+      throw err
+    }
     // Piscina emits 'error' when a thread with no task fails; without a listener that would
     // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
     this.#piscina.on('error', () => {})
@@ -167,7 +172,7 @@ export class ParserPool {
     // Published inside `new Worker`, before piscina has added it to its list: look a
     // microtask later and drop threads that belong to someone else.
     queueMicrotask(() => {
-      if (!this.#piscina.threads.includes(worker) && this.#threads.get(worker)?.onExit === onExit) {
+      if (!this.#piscina?.threads.includes(worker) && this.#threads.get(worker)?.onExit === onExit) {
         worker.off('exit', onExit)
         this.#threads.delete(worker)
       }

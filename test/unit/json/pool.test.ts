@@ -200,7 +200,8 @@ t.test('abort: a queued call rejects at once; a running call rejects after its t
   t.equal(pool.stats().threadsLost, 0, 'no thread was touched')
 
   // 8 MB of real request text: long enough to still be running when the abort lands
-  const big = enc.encode(JSON.stringify({ model: 'm', input: Array.from({ length: 40 }, () => fixtures[3].body) }).padEnd(8e6, ' '))
+  const largest = fixtures.reduce((a, b) => (b.text.length > a.text.length ? b : a))
+  const big = enc.encode(JSON.stringify({ model: 'm', input: Array.from({ length: Math.ceil(8e6 / largest.text.length) }, () => largest.body) }))
   const ac = new AbortController()
   const pending = settle(pool.prepare(task(big), { signal: ac.signal }), watch.now)
   setImmediate(() => ac.abort())
