@@ -30,7 +30,7 @@ export const catalogue = {
   parse_capacity_timeout: { status: 503, side: 'local', retryAfterSeconds: 1, message: 'local parse capacity: waited the whole deadline without the parse permit' },
   prompt_queue_full: { status: 503, side: 'local', retryAfterSeconds: 5, message: 'this session already has the maximum number of pending exchanges' },
   storage_budget_exhausted: { status: 503, side: 'local', retryAfterSeconds: 1, message: 'the aggregate storage budget has no room for this request' },
-  worker_heap_exhausted: { status: 503, side: 'local', retryAfterSeconds: 1, message: 'the HTTP worker heap is above its admission limit' },
+  worker_heap_exhausted: { status: 503, side: 'local', retryAfterSeconds: 1, message: 'a worker thread heap (HTTP worker or parser) is at its limit' },
   worker_lost: { status: 503, side: 'local', retryAfterSeconds: 1, message: 'the worker handling this exchange stopped' },
   shutting_down: { status: 503, side: 'local', retryAfterSeconds: 5, message: 'the gateway is draining for shutdown and admits no new exchanges' },
   // caller
