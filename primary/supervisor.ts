@@ -35,6 +35,10 @@ export interface SupervisorEvents {
 
 export class Supervisor extends EventEmitter<SupervisorEvents> {
   readonly workers: WorkerState[] = []
+  /** Rows whose thread's exit was observed and whose reclaim has not finished. */
+  private readonly dead = new Set<number>()
+  /** Per row: settles once the last life's exit has been fully handled (reclaim included). */
+  private readonly exitHandled = new Map<number, Promise<void>>()
   private readonly config: Config
   private readonly ledger: Ledger
   private readonly log: Logger
@@ -81,14 +85,16 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     await Promise.all(this.workers.map((w) => this.terminate(w)))
   }
 
-  /** Terminates one worker (tests, or a stuck worker); it is restarted unless stopping. */
-  terminate (w: WorkerState): Promise<void> {
+  /** Terminates one worker (tests, or a stuck worker); resolves once its holdings are reclaimed. */
+  async terminate (w: WorkerState): Promise<void> {
     const worker = w.worker
-    if (!worker) return Promise.resolve()
-    return new Promise((resolve) => {
-      worker.once('exit', () => resolve())
-      void worker.terminate()
-    })
+    if (worker) {
+      await new Promise<void>((resolve) => {
+        worker.once('exit', () => resolve())
+        void worker.terminate()
+      })
+    }
+    await this.exitHandled.get(w.row)
   }
 
   private spawn (w: WorkerState, onStarted?: (err?: Error) => void): void {
@@ -138,28 +144,40 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       error = err.code ?? err.message
       this.log.error({ worker: w.row, generation, err: err.message, code: err.code }, 'worker error')
     })
+    let handled!: () => void
+    this.exitHandled.set(w.row, new Promise<void>((resolve) => { handled = resolve }))
     worker.once('exit', (code) => {
+      this.dead.add(w.row)
       // The one place a dead worker's holdings return: exactly once per life, because the
-      // row is zeroed under the ledger lock and a later call finds nothing.
-      const reclaimed = this.ledger.reclaimRow(w.row)
-      w.worker = null
-      w.listening = false
-      w.lastExit = { code, error, reclaimed }
-      const level = this.stopping ? 'info' : 'warn'
-      this.log[level]({ worker: w.row, generation, code, error, reclaimed }, 'worker exited')
-      this.emit('exit', w, reclaimed)
-      if (onStarted) {
-        onStarted(new Error(`worker ${w.row} exited during start-up (code ${code}${error ? `, ${error}` : ''})`))
+      // row is zeroed under the ledger lock and a later call finds nothing. It never parks
+      // the primary: if another dead worker holds the ledger lock, this waits for that
+      // worker's own exit handler (which may steal the lock) on a later turn.
+      void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r)).then((reclaimed) => {
+        this.dead.delete(w.row)
+        this.afterExit(w, generation, code, error, reclaimed, onStarted)
         onStarted = undefined
-        return
-      }
-      if (this.stopping) return
-      const lived = Date.now() - w.startedAt
-      if (lived > HEALTHY_AFTER_MS) w.backoffMs = BACKOFF_MIN_MS
-      const delay = w.backoffMs
-      w.backoffMs = Math.min(BACKOFF_MAX_MS, w.backoffMs * 2)
-      w.restarts++
-      setTimeout(() => { if (!this.stopping) this.spawn(w) }, delay).unref()
+        handled()
+      })
     })
+  }
+
+  private afterExit (w: WorkerState, generation: number, code: number, error: string | null, reclaimed: Reclaimed, onStarted: ((err?: Error) => void) | undefined): void {
+    w.worker = null
+    w.listening = false
+    w.lastExit = { code, error, reclaimed }
+    const level = this.stopping ? 'info' : 'warn'
+    this.log[level]({ worker: w.row, generation, code, error, reclaimed }, 'worker exited')
+    this.emit('exit', w, reclaimed)
+    if (onStarted) {
+      onStarted(new Error(`worker ${w.row} exited during start-up (code ${code}${error ? `, ${error}` : ''})`))
+      return
+    }
+    if (this.stopping) return
+    const lived = Date.now() - w.startedAt
+    if (lived > HEALTHY_AFTER_MS) w.backoffMs = BACKOFF_MIN_MS
+    const delay = w.backoffMs
+    w.backoffMs = Math.min(BACKOFF_MAX_MS, w.backoffMs * 2)
+    w.restarts++
+    setTimeout(() => { if (!this.stopping) this.spawn(w) }, delay).unref()
   }
 }

@@ -97,25 +97,26 @@ export class LedgerCore {
   }
 
   /**
-   * Primary only: take the lock, stealing it if its holder is one of the dead rows' tokens.
-   * Returns true when the lock was stolen (a repair of derived counters is then required).
+   * Primary only, never parks: take the lock if it is free, or steal it if its holder is a
+   * dead thread's token. Returns 'locked', 'stolen' (derived counters then need a rebuild),
+   * or null when a thread not known to be dead holds it — the caller retries on a later turn
+   * of its event loop. Parking here instead would be a deadlock: the holder may be another
+   * dead worker whose own exit handler, queued behind this one on the primary's loop, is the
+   * only thing that can repair the lock.
    */
-  lockForRepair (isDeadToken: (token: number) => boolean): boolean {
+  tryLockForRepair (isDeadToken: (token: number) => boolean): 'locked' | 'stolen' | null {
     const i32 = this.i32
-    for (;;) {
+    for (let spins = 0; spins < SPINS; spins++) {
       const holder = Atomics.load(i32, H_LOCK)
       if (holder === 0) {
-        if (Atomics.compareExchange(i32, H_LOCK, 0, this.token) === 0) return false
-        continue
-      }
-      if (holder !== this.token && isDeadToken(holder)) {
-        if (Atomics.compareExchange(i32, H_LOCK, holder, this.token) === holder) return true
+        if (Atomics.compareExchange(i32, H_LOCK, 0, this.token) === 0) return 'locked'
         continue
       }
       if (holder === this.token) throw new Error('ledger lock re-entered by its holder')
-      Atomics.add(i32, H_LOCK_PARKED, 1)
-      Atomics.wait(i32, H_LOCK, holder, PARK_MS)
-      Atomics.sub(i32, H_LOCK_PARKED, 1)
+      if (isDeadToken(holder)) {
+        if (Atomics.compareExchange(i32, H_LOCK, holder, this.token) === holder) return 'stolen'
+      }
     }
+    return null
   }
 }

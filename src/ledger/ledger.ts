@@ -157,14 +157,27 @@ export class Ledger {
 
   /**
    * Reclaims everything a dead thread's row holds, exactly once (see the file header).
-   * Call only after the thread's exit was observed.
+   * Call only after the thread's exit was observed. Never parks the calling thread: while
+   * another thread holds the ledger lock, it retries on later turns of the event loop, so
+   * other exit handlers (perhaps the dead lock holder's own) can run meanwhile.
+   * `isDeadRow` names every row whose thread is known dead (their locks may be stolen too).
    */
-  reclaimRow (row: number): Reclaimed {
+  async reclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row): Promise<Reclaimed> {
+    for (;;) {
+      const done = this.tryReclaimRow(row, isDeadRow)
+      if (done) return done
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  }
+
+  /** One non-parking attempt at reclaimRow(); null when a live thread holds the lock. */
+  tryReclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row): Reclaimed | null {
     this.checkRow(row)
     if (row === this.core.row) throw new Error('a thread cannot reclaim its own row')
     const core = this.core
-    const deadToken = row + 1
-    const lockStolen = core.lockForRepair((t) => t === deadToken)
+    const got = core.tryLockForRepair((token) => token === row + 1 || (token - 1 !== core.row && isDeadRow(token - 1)))
+    if (got === null) return null
+    const lockStolen = got === 'stolen'
     const notify: number[] = []
     let exchange = 0
     let parse = 0

@@ -274,10 +274,10 @@ export function spawn<D> (ledger: Ledger, obs: Observer, url: URL, row: number, 
   })
   worker.on('error', (err: Error & { code?: string }) => { error = err.code ?? err.message })
   const end = new Promise<LifeEnd>((resolve) => {
-    worker.once('exit', (code) => {
+    worker.once('exit', async (code) => {
       const tally = obs.forgetRow(row)
-      const reclaimed = ledger.reclaimRow(row)
-      const again = ledger.reclaimRow(row)
+      const reclaimed = await ledger.reclaimRow(row)
+      const again = await ledger.reclaimRow(row)
       for (const r of readers.splice(0)) r({ type: 'exited', code })
       resolve({ code, error, tally, reclaimed, again, result, violations })
     })

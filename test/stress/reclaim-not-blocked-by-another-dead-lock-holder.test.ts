@@ -56,8 +56,8 @@ if (isMainThread) {
 
     if (blocked) {
       // Repair from here so the rest of the checks still mean something.
-      results.set(2, ledger.reclaimRow(2))
-      results.set(1, ledger.reclaimRow(1))
+      results.set(2, await ledger.reclaimRow(2))
+      results.set(1, await ledger.reclaimRow(1))
     }
     const r1 = results.get(1)!
     const r2 = results.get(2)!

@@ -54,30 +54,40 @@ t.test('unlocking a free lock fails loudly', async (t) => {
   assertIdle(t, ledger)
 })
 
-t.test('lockForRepair takes a free lock without reporting a theft', async (t) => {
+t.test('tryLockForRepair takes a free lock without reporting a theft', async (t) => {
   const ledger = makeLedger()
   const asked: number[] = []
-  t.equal(ledger.core.lockForRepair((tok) => { asked.push(tok); return true }), false)
+  t.equal(ledger.core.tryLockForRepair((tok: number) => { asked.push(tok); return true }), 'locked')
   t.equal(lockWord(ledger.core), 1)
   t.same(asked, [], 'nobody to declare dead')
   ledger.core.unlock()
   assertIdle(t, ledger)
 })
 
-t.test('lockForRepair steals the lock from a dead token', async (t) => {
+t.test('tryLockForRepair steals the lock from a dead token', async (t) => {
   const primary = makeLedger()
   rowHandle(primary, 3)
   Atomics.store(primary.core.i32, H_LOCK, 4) // row 3 died inside a critical section
-  t.equal(primary.core.lockForRepair((tok) => tok === 4), true)
+  t.equal(primary.core.tryLockForRepair((tok: number) => tok === 4), 'stolen')
   t.equal(lockWord(primary.core), 1, 'now held by the primary')
   primary.core.unlock()
   assertIdle(t, primary)
 })
 
-t.test('lockForRepair refuses re-entry by the primary itself', async (t) => {
+t.test('tryLockForRepair never parks on a lock held by a thread not known dead', async (t) => {
+  const primary = makeLedger()
+  rowHandle(primary, 2)
+  Atomics.store(primary.core.i32, H_LOCK, 3) // row 2 holds the lock, alive as far as we know
+  t.equal(primary.core.tryLockForRepair((tok: number) => tok === 4), null, 'returns at once instead of waiting')
+  t.equal(lockWord(primary.core), 3, 'the holder keeps the lock')
+  Atomics.store(primary.core.i32, H_LOCK, 0)
+  assertIdle(t, primary)
+})
+
+t.test('tryLockForRepair refuses re-entry by the primary itself', async (t) => {
   const ledger = makeLedger()
   ledger.core.lock()
-  t.throws(() => ledger.core.lockForRepair(() => true), /re-entered/, 'its own token is never "dead"')
+  t.throws(() => ledger.core.tryLockForRepair(() => true), /re-entered/, 'its own token is never "dead"')
   t.equal(lockWord(ledger.core), 1)
   ledger.core.unlock()
   assertIdle(t, ledger)

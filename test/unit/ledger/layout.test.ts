@@ -127,6 +127,6 @@ t.test('a handle can only attach to an existing row', async (t) => {
   t.throws(() => attachLedger(ledger.init, -1), RangeError)
   t.throws(() => attachLedger(ledger.init, 0.5), RangeError)
   t.throws(() => ledger.assignRow(3), RangeError)
-  t.throws(() => ledger.reclaimRow(3), RangeError)
+  t.throws(() => ledger.tryReclaimRow(3)!, RangeError)
   assertIdle(t, ledger)
 })

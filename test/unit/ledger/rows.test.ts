@@ -16,12 +16,12 @@ t.test('the primary owns row 0 from creation; assignRow makes a row alive with a
   t.throws(() => primary.assignRow(1), /still alive/, 'an alive row cannot be handed to a second thread')
   primary.setThreadId(1, 78)
   t.equal(primary.snapshot().rows[1].threadId, 78)
-  primary.reclaimRow(1)
+  primary.tryReclaimRow(1)!
   t.match(primary.snapshot().rows[1], { state: 'dead', generation: 1 })
   t.equal(primary.assignRow(1), 2, 'a restarted thread gets the next generation')
   t.match(primary.snapshot().rows[1], { state: 'alive', generation: 2, exchangeHeld: 0, parseHeld: 0, bytes: 0 })
-  primary.reclaimRow(1)
-  t.throws(() => primary.reclaimRow(0), /own row/)
+  primary.tryReclaimRow(1)!
+  t.throws(() => primary.tryReclaimRow(0)!, /own row/)
   assertIdle(t, primary)
 })
 
@@ -34,7 +34,7 @@ t.test('reclaimRow returns exactly what a dead row held, once; a second reclaim 
   w.storage.reserve(123)
   t.ok(primary.exchange.tryAcquire(), 'a live row\'s holdings are not touched')
   primary.storage.reserve(10)
-  t.same(primary.reclaimRow(1), { exchange: 2, parse: 1, bytes: 123, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 123, lockStolen: false })
   const s = primary.snapshot()
   t.match(s.rows[1], { state: 'dead', exchangeHeld: 0, parseHeld: 0, bytes: 0 })
   t.match(s.exchange, { active: 1, reclaimed: 2, admitted: 3, released: 0 })
@@ -43,7 +43,7 @@ t.test('reclaimRow returns exactly what a dead row held, once; a second reclaim 
   t.equal(s.rowReclaims, 1)
   t.equal(s.repairs, 0)
   t.match(s.rows[0], { exchangeHeld: 1, bytes: 10 })
-  t.same(primary.reclaimRow(1), { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'second reclaim finds nothing')
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'second reclaim finds nothing')
   t.same(primary.snapshot(), s, 'and changes nothing')
   primary.exchange.release()
   primary.storage.release(10)
@@ -67,7 +67,7 @@ t.test('permits freed by a reclaim are handed to waiters in FIFO (ticket) order'
   s.add('x4', primary.exchange.acquire()) // slot 3
   s.add('p0', primary.parse.acquire())
   s.add('p1', primary.parse.acquire())
-  t.same(primary.reclaimRow(1), { exchange: 2, parse: 1, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 0, lockStolen: false })
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 4), [WAITING, GRANTED, GRANTED, WAITING], 'the two oldest (x1, x2) got the permits, not x3 in slot 0')
   t.same(slotStates(primary, GATE_PARSE).slice(0, 2), [GRANTED, WAITING])
   t.match(primary.snapshot().exchange, { active: 2, queued: 2, admitted: 4, reclaimed: 2 })
@@ -95,7 +95,7 @@ t.test('a dead row\'s WAITING slots are freed and it is skipped; the live waiter
   const z = outcome(dead.exchange.acquire({ signal: zombie.signal }))
   const live = outcome(primary.exchange.acquire())
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [WAITING, WAITING])
-  t.same(primary.reclaimRow(1), { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'a waiter slot is not a permit')
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'a waiter slot is not a permit')
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [FREE, WAITING], 'the dead row\'s slot is freed')
   t.match(primary.snapshot().exchange, { active: 1, queued: 1, reclaimed: 0 })
   zombie.abort() // the dead thread's JS would be gone; settle it here
@@ -104,7 +104,7 @@ t.test('a dead row\'s WAITING slots are freed and it is skipped; the live waiter
   holder.exchange.release()
   t.equal(await live, 'granted')
   primary.exchange.release()
-  primary.reclaimRow(2)
+  primary.tryReclaimRow(2)!
   assertIdle(t, primary)
 })
 
@@ -118,7 +118,7 @@ t.test('a permit granted to a dead row but never claimed is reclaimed and passed
   const live = outcome(primary.exchange.acquire())
   holder.exchange.release() // hands the permit to the dead row's slot: GRANTED, unclaimed
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [GRANTED, WAITING])
-  t.same(primary.reclaimRow(1), { exchange: 1, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 1, parse: 0, bytes: 0, lockStolen: false })
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [FREE, GRANTED], 'passed on to the next waiter')
   zombie.abort()
   t.equal(await z, 'client_closed')
@@ -126,8 +126,8 @@ t.test('a permit granted to a dead row but never claimed is reclaimed and passed
   t.equal(dead.exchange.heldByMe, 0, 'nothing landed in the dead row')
   t.match(primary.snapshot().exchange, { admitted: 3, released: 1, reclaimed: 1, cancelsAfterGrant: 0 })
   primary.exchange.release()
-  t.same(primary.reclaimRow(1), { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
-  primary.reclaimRow(2)
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  primary.tryReclaimRow(2)!
   assertIdle(t, primary)
 })
 
@@ -138,14 +138,14 @@ t.test('assignRow refuses a row that still holds something: reclaim first', asyn
   t.ok(w.exchange.tryAcquire())
   Atomics.store(primary.core.i32, at, ROW_DEAD) // the thread died, nobody reclaimed
   t.throws(() => primary.assignRow(1), /still holds permits/)
-  primary.reclaimRow(1)
+  primary.tryReclaimRow(1)!
   primary.assignRow(1)
   w.storage.reserve(5)
   Atomics.store(primary.core.i32, at, ROW_DEAD)
   t.throws(() => primary.assignRow(1), /still holds bytes/)
-  t.equal(primary.reclaimRow(1).bytes, 5)
+  t.equal(primary.tryReclaimRow(1)!.bytes, 5)
   t.equal(primary.assignRow(1), 3)
-  primary.reclaimRow(1)
+  primary.tryReclaimRow(1)!
   assertIdle(t, primary)
 })
 
@@ -165,7 +165,7 @@ t.test('a lock held by a dead row is stolen and every derived counter rebuilt fr
   i32[layout.gate32[GATE_EXCHANGE] + G_QUEUED] += 2
   i32[layout.gate32[GATE_PARSE] + G_ACTIVE] = 0
   i64[layout.budget64 + B_RESERVED] += 7n // B_RESERVED bumped, row cell not yet
-  const r = primary.reclaimRow(2)
+  const r = primary.tryReclaimRow(2)!
   t.same(r, { exchange: 1, parse: 0, bytes: 40, lockStolen: true })
   t.equal(Atomics.load(i32, H_LOCK), 0, 'the lock is free again')
   const s = primary.snapshot()
@@ -177,9 +177,9 @@ t.test('a lock held by a dead row is stolen and every derived counter rebuilt fr
   primary.exchange.release()
   other.parse.release()
   other.storage.release(60)
-  t.same(primary.reclaimRow(2), { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
   t.equal(primary.snapshot().repairs, 1, 'counted once')
-  primary.reclaimRow(1)
+  primary.tryReclaimRow(1)!
   assertIdle(t, primary)
 })
 
@@ -187,7 +187,7 @@ t.test('a stolen lock is repaired even when the dead row held nothing', async (t
   const primary = makeLedger()
   rowHandle(primary, 3)
   Atomics.store(primary.core.i32, H_LOCK, 4)
-  t.same(primary.reclaimRow(3), { exchange: 0, parse: 0, bytes: 0, lockStolen: true })
+  t.same(primary.tryReclaimRow(3)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: true })
   t.equal(primary.snapshot().repairs, 1)
   t.equal(primary.snapshot().rowReclaims, 1)
   t.ok(primary.exchange.tryAcquire(), 'the ledger is usable again')
@@ -208,6 +208,6 @@ t.test('heap figures and the draining flag are visible in the snapshot', async (
   t.equal(w.draining, true, 'every handle sees it')
   primary.setDraining(false)
   t.equal(primary.snapshot().draining, false)
-  primary.reclaimRow(2)
+  primary.tryReclaimRow(2)!
   assertIdle(t, primary)
 })
