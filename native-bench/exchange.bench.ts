@@ -1,0 +1,673 @@
+// The exchange benchmark: what sluice adds to a streaming exchange, side by side in one run
+// with the same upstream reached (a) directly, (b) through a bare Node 24 + undici
+// pass-through (native-bench/exchange-passthrough.ts, "the price of a bare pass-through") and
+// (c) through sluice (`sluice serve`, one HTTP worker). DESIGN.md "Performance targets".
+//
+//   node native-bench/exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
+// (also run by `npm run bench`). Prints one table; exits 0 unless it crashed — a missed
+// target is reported, never a failure. --cpu-prof-dir runs the main sluice instance under
+// `node --cpu-prof` and leaves its profiles (primary and worker threads) in DIR.
+//
+// Processes: the upstream is the simulated provider in its own process
+// (native-bench/exchange-sim.ts: the same startSim `sluice sim` runs, which also reports when
+// it saw each tagged exchange end, for the cancel figure). sluice and the pass-through each
+// run under their own 1-vCPU quota (cgroup v2 cpu.max, else cgroup v1 CFS quota, else
+// `taskset -c 0`; the report says which held). The load generator (an undici Agent in this
+// process) and the sim run outside the quotas.
+//
+// Figures:
+//   1. added TTFB and total time, p50 / p99, at 1, 32 and 96 concurrent Chat streams
+//      (`#sim ttft=20 tokens=50 interval=10`), in rounds of N streams started together, the
+//      three paths interleaved round by round. "Added" = the path's percentile minus the
+//      direct percentile at the same concurrency. The 96 case runs against a sluice with
+//      limits.maxActiveExchanges=96 and upstream.connections=96 (defaults 32 and 64: with
+//      them 64 of the 96 streams wait by design); the default-limits 96 case is reported
+//      separately, from a second sluice with the default configuration. The 32 and 96 cases
+//      are also run staggered: N lanes started 500/N ms apart, streams back to back in each,
+//      so about N are in flight but they arrive one by one rather than in one burst (a burst
+//      of N arrivals on one event loop waits behind N times the per-exchange CPU).
+//   2. throughput: streams of 2000 events back to back (`tokens=2000 interval=0`), some in
+//      sequence and some 8 in parallel: events/s at the client, and the gateway's CPU
+//      (utime+stime from /proc/<pid>/stat, all threads) per 1000 relayed events; and the
+//      gateway's CPU per exchange (one-delta streams in sequence), the fixed cost.
+//   3. memory: VmRSS idle, and the peak (sampled every 50 ms) in the 96-stream run and in the
+//      throughput run; per active stream = (peak - idle) / 96.
+//   4. caller cancel: N streams aborted mid-stream by the client, one every 20 ms; the time
+//      until the sim saw each exchange end (CLOCK_MONOTONIC in both processes), and whether
+//      every one ended as 'client-closed'.
+//   5. start to healthy: spawn -> first /healthz 200 (admin port chosen free beforehand so it
+//      can be polled from the spawn), several spawns; and spawn -> "sluice ready".
+
+import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes, createHash } from 'node:crypto'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { get } from 'node:http'
+import { createServer, type AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { Agent, type Dispatcher } from 'undici'
+import { alive, cpuMs, machine, makeQuota, rssMb, RssSampler, type Quota } from './exchange-os.ts'
+
+const args = process.argv.slice(2)
+const QUICK = args.includes('--quick')
+const profIdx = args.indexOf('--cpu-prof-dir')
+const PROFILE_DIR = profIdx >= 0 ? args[profIdx + 1] : undefined
+
+const HERE = fileURLToPath(new URL('.', import.meta.url))
+const BIN = fileURLToPath(new URL('../bin/sluice.ts', import.meta.url))
+const NODE = process.execPath
+const KEY = 'sk-bench-exchange-' + randomBytes(8).toString('hex')
+const STARTED = performance.now()
+
+const C1_ROUNDS = QUICK ? 5 : 12
+const C_ROUNDS = QUICK ? 3 : 8
+const CONCURRENCY = [1, 32, 96] as const
+const TP_SEQ = QUICK ? 15 : 40
+const TP_PAR = 8
+const TP_PAR_ROUNDS = QUICK ? 4 : 10
+const CANCEL_N = QUICK ? 10 : 20
+const LANE_STREAMS = QUICK ? 3 : 5 // staggered case: streams per lane, back to back (the first is not counted)
+const PER_EXCHANGE_N = QUICK ? 150 : 400
+const START_SPAWNS = QUICK ? 2 : 3 // of the default-config sluice; the main instance adds one
+
+const body = (directive: string): Buffer => Buffer.from(JSON.stringify({
+  model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: `exchange bench\n#sim ${directive}` }],
+}))
+const LATENCY_BODY = body('ttft=20 tokens=50 interval=10')
+const THROUGHPUT_BODY = body('tokens=2000 interval=0')
+const CANCEL_BODY = body('tokens=1000 interval=10')
+const TINY_BODY = body('tokens=1')
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+function within<T> (p: Promise<T>, ms: number): Promise<T | null> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(null), ms)
+    p.then((v) => { clearTimeout(timer); resolve(v) }, () => { clearTimeout(timer); resolve(null) })
+  })
+}
+
+// ---------------------------------------------------------------------------------------
+// Child processes (every one is killed on the way out, whatever happens)
+
+interface Child {
+  name: string
+  proc: ChildProcess
+  pid: number
+  /** Called per stdout line until it returns true ("done listening"); later output is only kept as a tail. */
+  onLine: ((line: string) => boolean) | null
+  tail: string
+  exited: Promise<number | null>
+  gone: boolean
+}
+
+const children: Child[] = []
+
+/**
+ * A detached `sh` that outlives this process: it learns every child's pid on its stdin and,
+ * if the stdin closes without "done" (this process was killed, e.g. by run.ts's time bound),
+ * stops those pids and removes the cgroups and the temporary directory.
+ */
+class Watchdog {
+  private readonly proc: ChildProcess
+  constructor (dirs: string[], tmpDir: string) {
+    const rm = [...dirs.map((d) => `rmdir '${d}' 2>/dev/null`), `rm -rf '${tmpDir}'`].join('; ')
+    this.proc = spawn('/bin/sh', ['-c', [
+      'pids=""',
+      'while read -r cmd arg; do case "$cmd" in pid) pids="$pids $arg" ;; done) exit 0 ;; esac; done',
+      'for p in $pids; do kill -TERM "$p" 2>/dev/null; done; sleep 3',
+      'for p in $pids; do kill -KILL "$p" 2>/dev/null; done; sleep 1',
+      rm,
+    ].join('\n')], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] })
+    this.proc.on('error', () => {})
+    this.proc.stdin!.on('error', () => {})
+    this.proc.unref()
+    ;(this.proc.stdin as unknown as { unref?: () => void }).unref?.()
+  }
+
+  add (pid: number): void { this.proc.stdin!.write(`pid ${pid}\n`) }
+  done (): void { this.proc.stdin!.end('done\n') }
+}
+let watchdog: Watchdog | null = null
+const quotas: Quota[] = []
+const tmp = mkdtempSync(join(tmpdir(), 'sluice-exchange-bench-'))
+
+function launch (name: string, [cmd, argv]: [string, string[]], onLine: (line: string) => boolean, env: NodeJS.ProcessEnv = process.env): Child {
+  const proc = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'pipe'], env })
+  if (proc.pid === undefined) throw new Error(`could not spawn ${name}`)
+  const child: Child = {
+    name,
+    proc,
+    pid: proc.pid,
+    onLine,
+    tail: '',
+    gone: false,
+    exited: new Promise((resolve) => proc.once('exit', (code) => { child.gone = true; resolve(code) })),
+  }
+  let buf = ''
+  proc.stdout!.setEncoding('utf8')
+  proc.stdout!.on('data', (chunk: string) => {
+    if (child.onLine === null) { child.tail = (child.tail + chunk).slice(-4000); return }
+    buf += chunk
+    let nl
+    while (child.onLine !== null && (nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl)
+      buf = buf.slice(nl + 1)
+      child.tail = (child.tail + line + '\n').slice(-4000)
+      if (child.onLine(line)) child.onLine = null
+    }
+  })
+  proc.stderr!.setEncoding('utf8')
+  proc.stderr!.on('data', (chunk: string) => { child.tail = (child.tail + chunk).slice(-4000) })
+  proc.on('error', (e) => { child.tail += String(e) })
+  children.push(child)
+  watchdog?.add(child.pid)
+  return child
+}
+
+async function stop (c: Child): Promise<void> {
+  if (c.gone) return
+  c.proc.kill('SIGTERM')
+  if (await within(c.exited, 5000) === null && !c.gone) {
+    c.proc.kill('SIGKILL')
+    await within(c.exited, 2000)
+  }
+}
+
+/** Stops every child, removes the cgroups and the temporary files (once, however we got here). */
+let cleaning: Promise<void> | null = null
+function cleanup (): Promise<void> {
+  cleaning ??= (async () => {
+    await agent.destroy().catch(() => {})
+    await Promise.all(children.map(stop))
+    if (quotas.every((q) => q.remove())) watchdog?.done()
+    try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+  })()
+  return cleaning
+}
+
+/**
+ * Synchronous last resort (process 'exit' without cleanup): SIGKILL what is left and remove
+ * the cgroups; a cgroup whose killed process is not reaped yet is removed by a short detached
+ * `sh` once init has reaped it.
+ */
+function killAllSync (): void {
+  for (const c of children) if (!c.gone) try { c.proc.kill('SIGKILL') } catch {}
+  const end = Date.now() + 2000
+  const nap = new Int32Array(new SharedArrayBuffer(4))
+  while (children.some((c) => !c.gone && alive(c.pid)) && Date.now() < end) Atomics.wait(nap, 0, 0, 10)
+  const left = quotas.filter((q) => !q.remove()).map((q) => q.dir).filter((d) => d !== null)
+  if (left.length > 0) {
+    const dirs = left.map((d) => `'${d}'`).join(' ')
+    spawn('/bin/sh', ['-c', `for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.3; ok=1; for d in ${dirs}; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || ok=0; }; done; [ $ok = 1 ] && exit 0; done`], { detached: true, stdio: 'ignore' }).unref()
+  }
+  try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+}
+process.on('exit', killAllSync)
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(sig, () => {
+    setTimeout(() => process.exit(130), 10_000).unref()
+    void cleanup().finally(() => process.exit(130))
+  })
+}
+
+function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+function healthz (port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = get({ host: '127.0.0.1', port, path: '/healthz', agent: false, timeout: 1000 }, (res) => {
+      res.resume()
+      resolve(res.statusCode === 200)
+    })
+    req.on('error', () => resolve(false))
+    req.on('timeout', () => { req.destroy(); resolve(false) })
+  })
+}
+
+// ---------------------------------------------------------------------------------------
+// The upstream, the pass-through and sluice
+
+interface SimEnd { outcome: string; eventsSent: number; t: bigint }
+const simEndWaiters = new Map<string, (e: SimEnd) => void>()
+
+async function startSimProcess (): Promise<{ child: Child; url: string }> {
+  let ready!: (url: string) => void
+  const url = new Promise<string>((resolve) => { ready = resolve })
+  const child = launch('sim', [NODE, [join(HERE, 'exchange-sim.ts')]], (line) => {
+    let j: { url?: string; end?: string; outcome?: string; eventsSent?: number; t?: string }
+    try { j = JSON.parse(line) } catch { return false }
+    if (j.url !== undefined) ready(j.url)
+    if (j.end !== undefined) {
+      const w = simEndWaiters.get(j.end)
+      simEndWaiters.delete(j.end)
+      w?.({ outcome: j.outcome ?? '?', eventsSent: j.eventsSent ?? 0, t: BigInt(j.t ?? '0') })
+    }
+    return false // keeps listening: the cancel figure needs the 'end' lines
+  })
+  const got = await Promise.race([url, child.exited.then(() => null), sleep(15_000).then(() => null)])
+  if (got === null) throw new Error(`the sim did not start:\n${child.tail}`)
+  return { child, url: got }
+}
+
+async function startPassthrough (simUrl: string, quota: Quota): Promise<{ child: Child; port: number }> {
+  let ready!: (port: number) => void
+  const port = new Promise<number>((resolve) => { ready = resolve })
+  const child = launch('pass-through', quota.wrap(NODE, [join(HERE, 'exchange-passthrough.ts'), simUrl]), (line) => {
+    try { ready((JSON.parse(line) as { port: number }).port); return true } catch { return false }
+  })
+  const got = await Promise.race([port, child.exited.then(() => null), sleep(15_000).then(() => null)])
+  if (got === null) throw new Error(`the pass-through did not start:\n${child.tail}`)
+  return { child, port: got }
+}
+
+interface Sluice {
+  child: Child
+  port: number
+  adminPort: number
+  /** spawn -> first /healthz 200 */
+  healthyMs: number
+  /** spawn -> the "sluice ready" log line (every worker listening) */
+  readyMs: number
+  /** startMs as sluice logs it itself */
+  ownStartMs: number
+}
+
+async function startSluice (name: string, simUrl: string, extra: Record<string, unknown>, quota: Quota, nodeFlags: string[] = []): Promise<Sluice> {
+  let lastErr = ''
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const adminPort = await freePort()
+    const file = join(tmp, `${name}-${attempt}.json`)
+    writeFileSync(file, JSON.stringify({
+      listen: { port: 0, adminPort },
+      workers: 1,
+      keys: [{ name: 'bench', sha256: createHash('sha256').update(KEY).digest('hex'), models: ['*'] }],
+      providers: [{ name: 'sim', protocol: 'openai-chat', baseUrl: simUrl, models: ['*'] }],
+      ...extra,
+    }))
+    let ready!: (v: { port: number; startMs: number; at: number }) => void
+    const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
+    const t0 = performance.now()
+    const child = launch(name, quota.wrap(NODE, [...nodeFlags, BIN, 'serve', '--config', file]), (line) => {
+      if (!line.includes('"sluice ready"')) return false
+      const j = JSON.parse(line) as { port: number; startMs: number }
+      ready({ port: j.port, startMs: j.startMs, at: performance.now() })
+      return true
+    }, { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') })
+    let healthyAt = NaN
+    const polling = (async () => {
+      while (!child.gone && performance.now() - t0 < 15_000) {
+        if (await healthz(adminPort)) { healthyAt = performance.now(); return }
+        await sleep(2)
+      }
+    })()
+    const r = await Promise.race([readyP, child.exited.then(() => null), sleep(20_000).then(() => null)])
+    await polling
+    if (r !== null && !Number.isNaN(healthyAt)) {
+      return { child, port: r.port, adminPort, healthyMs: healthyAt - t0, readyMs: r.at - t0, ownStartMs: r.startMs }
+    }
+    lastErr = child.tail
+    await stop(child)
+    if (!/EADDRINUSE/.test(lastErr)) break
+  }
+  throw new Error(`sluice (${name}) did not start:\n${lastErr}`)
+}
+
+// ---------------------------------------------------------------------------------------
+// The load generator: one undici Agent, the dispatch API (no stream objects in the way)
+
+const agent = new Agent({ connections: 256, pipelining: 1, headersTimeout: 20_000, bodyTimeout: 20_000 })
+const DONE = 'data: [DONE]\n\n'
+
+interface Result { ok: boolean; status: number; ttfb: number; total: number; events: number; error?: string }
+interface StreamHooks { benchId?: string; onController?: (c: Dispatcher.DispatchController) => void; onFirst?: () => void }
+
+function stream (origin: string, payload: Buffer, hooks: StreamHooks = {}): Promise<Result> {
+  return new Promise((resolve) => {
+    const headers: Record<string, string> = { 'content-type': 'application/json', authorization: `Bearer ${KEY}` }
+    if (hooks.benchId !== undefined) headers['x-bench-id'] = hooks.benchId
+    let status = 0
+    let ttfb = -1
+    let events = 0
+    let lastNl = false
+    let tail = ''
+    const t0 = performance.now()
+    agent.dispatch({ origin, path: '/v1/chat/completions', method: 'POST', headers, body: payload }, {
+      onRequestStart (c) { hooks.onController?.(c) },
+      onResponseStart (_c, code) { status = code },
+      onResponseData (_c, chunk) {
+        if (ttfb < 0) { ttfb = performance.now() - t0; hooks.onFirst?.() }
+        // Count SSE frame ends ("\n\n"), also across chunk boundaries.
+        if (lastNl && chunk[0] === 10) events++
+        for (let i = chunk.indexOf('\n\n'); i >= 0; i = chunk.indexOf('\n\n', i + 2)) events++
+        lastNl = chunk[chunk.length - 1] === 10
+        tail = (tail + chunk.toString('latin1', Math.max(0, chunk.length - DONE.length))).slice(-DONE.length)
+      },
+      onResponseEnd () {
+        resolve({ ok: status === 200 && tail === DONE, status, ttfb, total: performance.now() - t0, events })
+      },
+      onResponseError (_c, err) {
+        resolve({ ok: false, status, ttfb, total: performance.now() - t0, events, error: err.message })
+      },
+    })
+  })
+}
+
+const round = (origin: string, n: number, payload: Buffer) =>
+  Promise.all(Array.from({ length: n }, () => stream(origin, payload)))
+
+/**
+ * The staggered case: n lanes started 500/n ms apart, each running streams back to back, so
+ * about n streams are in flight all along but they arrive one by one instead of in a burst.
+ */
+async function lanes (origin: string, n: number, lat: Lat): Promise<void> {
+  await Promise.all(Array.from({ length: n }, async (_, i) => {
+    await sleep(i * 500 / n)
+    for (let k = 0; k < LANE_STREAMS; k++) {
+      const r = await stream(origin, LATENCY_BODY)
+      if (k > 0) record(lat, [r])
+    }
+  }))
+}
+
+function pct (xs: number[], p: number): number {
+  if (xs.length === 0) return NaN
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]
+}
+
+// ---------------------------------------------------------------------------------------
+// The measurements
+
+type PathKey = 'direct' | 'pass' | 'sluice'
+interface Path { key: PathKey; origin: string; pid: number | null }
+interface Lat { ttfb: number[]; total: number[]; errors: number; firstError?: string }
+const newLat = (): Lat => ({ ttfb: [], total: [], errors: 0 })
+function record (lat: Lat, rs: Result[]): void {
+  for (const r of rs) {
+    if (r.ok) { lat.ttfb.push(r.ttfb); lat.total.push(r.total) } else { lat.errors++; lat.firstError ??= r.error ?? `status ${r.status}` }
+  }
+}
+
+interface Throughput { seqEps: number; parEps: number; events: number; cpuMs: number; errors: number }
+
+async function throughput (p: Path): Promise<Throughput> {
+  const out: Throughput = { seqEps: NaN, parEps: NaN, events: 0, cpuMs: NaN, errors: 0 }
+  for (const r of await round(p.origin, 2, THROUGHPUT_BODY)) if (!r.ok) out.errors++ // warm-up
+  const cpu0 = p.pid === null ? NaN : cpuMs(p.pid)
+  let t = performance.now()
+  let ev = 0
+  for (let i = 0; i < TP_SEQ; i++) {
+    const r = await stream(p.origin, THROUGHPUT_BODY)
+    if (!r.ok) out.errors++
+    ev += r.events
+  }
+  out.seqEps = ev / ((performance.now() - t) / 1000)
+  out.events += ev
+  t = performance.now()
+  ev = 0
+  for (let i = 0; i < TP_PAR_ROUNDS; i++) {
+    for (const r of await round(p.origin, TP_PAR, THROUGHPUT_BODY)) { if (!r.ok) out.errors++; ev += r.events }
+  }
+  out.parEps = ev / ((performance.now() - t) / 1000)
+  out.events += ev
+  if (p.pid !== null) out.cpuMs = cpuMs(p.pid) - cpu0
+  return out
+}
+
+/** The gateway's CPU per exchange, from sequential one-delta streams (the fixed cost every exchange pays). */
+async function perExchangeCpu (p: Path): Promise<{ ms: number; errors: number }> {
+  let errors = 0
+  if (p.pid === null) return { ms: NaN, errors }
+  for (let i = 0; i < 20; i++) if (!(await stream(p.origin, TINY_BODY)).ok) errors++
+  const cpu0 = cpuMs(p.pid)
+  for (let i = 0; i < PER_EXCHANGE_N; i++) if (!(await stream(p.origin, TINY_BODY)).ok) errors++
+  return { ms: (cpuMs(p.pid) - cpu0) / PER_EXCHANGE_N, errors }
+}
+
+interface Cancel { n: number; reached: number; ms: number[]; outcomes: Record<string, number> }
+let benchSeq = 0
+
+async function cancel (p: Path, n: number): Promise<Cancel> {
+  const ids: string[] = []
+  const ends: Promise<SimEnd | null>[] = []
+  const ctrls: (Dispatcher.DispatchController | undefined)[] = []
+  const firsts: Promise<void>[] = []
+  for (let i = 0; i < n; i++) {
+    const id = `${p.key}-${process.pid}-${benchSeq++}`
+    ids.push(id)
+    ends.push(new Promise<SimEnd>((resolve) => simEndWaiters.set(id, resolve)))
+    firsts.push(new Promise<void>((resolve) => {
+      void stream(p.origin, CANCEL_BODY, { benchId: id, onController: (c) => { ctrls[i] = c }, onFirst: resolve })
+    }))
+  }
+  await within(Promise.all(firsts), 10_000)
+  await sleep(100)
+  const abortedAt: bigint[] = []
+  for (let i = 0; i < n; i++) {
+    abortedAt[i] = process.hrtime.bigint()
+    ctrls[i]?.abort(new Error('bench: the caller cancels'))
+    await sleep(20)
+  }
+  const seen = await Promise.all(ends.map((e) => within(e, 3000)))
+  for (const id of ids) simEndWaiters.delete(id)
+  const out: Cancel = { n, reached: 0, ms: [], outcomes: {} }
+  seen.forEach((e, i) => {
+    const outcome = e === null ? 'not seen in 3 s' : e.outcome
+    out.outcomes[outcome] = (out.outcomes[outcome] ?? 0) + 1
+    if (e !== null && e.outcome === 'client-closed') {
+      out.reached++
+      out.ms.push(Number(e.t - abortedAt[i]) / 1e6)
+    }
+  })
+  return out
+}
+
+// ---------------------------------------------------------------------------------------
+// The report
+
+const f = (x: number): string => !Number.isFinite(x) ? 'n/a' : Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 10 ? x.toFixed(1) : x.toFixed(2)
+const plus = (x: number): string => (Number.isFinite(x) && x >= 0 ? '+' : '') + f(x)
+const pair = (a: string, b: string) => `${a} / ${b}`
+
+/** "met" or "MISSED by ..." for x against an upper bound. */
+function verdict (parts: Array<[string, number, number, string]>): string {
+  const missed = parts.filter(([, x, max]) => !(x <= max))
+  if (missed.length === 0) return 'met'
+  return 'MISSED: ' + missed.map(([what, x, max, unit]) => Number.isFinite(x) ? `${what}${what ? ' ' : ''}by ${f(x - max)}${unit} (${f(x / max)}x)` : `${what} n/a`).join(', ')
+}
+
+function table (rows: string[][]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)))
+  return rows.map((r) => r.map((c, i) => i === r.length - 1 ? c : c.padEnd(widths[i])).join('  ').trimEnd()).join('\n')
+}
+
+// ---------------------------------------------------------------------------------------
+
+const loadavg = (): string => { try { return readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ') } catch { return '?' } }
+let loadBefore = '?'
+
+async function main (): Promise<void> {
+  loadBefore = loadavg()
+  const tag = `sluice-exchange-bench-${process.pid}`
+  const qGw = makeQuota(`${tag}-gw`); quotas.push(qGw)
+  const qPass = makeQuota(`${tag}-pass`); quotas.push(qPass)
+  const qDef = makeQuota(`${tag}-gwdefault`); quotas.push(qDef)
+  watchdog = new Watchdog(quotas.map((q) => q.dir).filter((d) => d !== null), tmp)
+
+  const { child: sim, url: simUrl } = await startSimProcess()
+
+  // 5. start to healthy: default-config spawns (the last one stays for the default-limits 96 case).
+  const starts: Sluice[] = []
+  let gwDefault!: Sluice
+  for (let i = 0; i < START_SPAWNS; i++) {
+    const s = await startSluice(`sluice-default-${i}`, simUrl, {}, qDef)
+    starts.push(s)
+    if (i < START_SPAWNS - 1) await stop(s.child)
+    else gwDefault = s
+  }
+  const profFlags = PROFILE_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []
+  const gw = await startSluice('sluice', simUrl, {
+    limits: { maxActiveExchanges: 96 },
+    upstream: { connections: 96 },
+  }, qGw, profFlags)
+  starts.push(gw)
+  const { child: pass, port: passPort } = await startPassthrough(simUrl, qPass)
+
+  const held = {
+    sluice: qGw.holds(gw.child.pid),
+    sluiceDefault: qDef.holds(gwDefault.child.pid),
+    pass: qPass.holds(pass.pid),
+  }
+
+  const paths: Path[] = [
+    { key: 'direct', origin: simUrl, pid: null },
+    { key: 'pass', origin: `http://127.0.0.1:${passPort}`, pid: pass.pid },
+    { key: 'sluice', origin: `http://127.0.0.1:${gw.port}`, pid: gw.child.pid },
+  ]
+  const P = Object.fromEntries(paths.map((p) => [p.key, p])) as Record<PathKey, Path>
+
+  // 3. idle RSS (after a short settle, before any exchange)
+  await sleep(500)
+  const idle = { sluice: rssMb(gw.child.pid), pass: rssMb(pass.pid) }
+  const sampler = new RssSampler([gw.child.pid, pass.pid, gwDefault.child.pid], 50)
+
+  // 1. latency, the three paths interleaved round by round
+  const lat: Record<number, Record<PathKey, Lat>> = {}
+  const peak96 = { sluice: NaN, pass: NaN, sluiceDefault: NaN }
+  for (const c of CONCURRENCY) {
+    lat[c] = { direct: newLat(), pass: newLat(), sluice: newLat() }
+    for (const p of paths) { await round(p.origin, c, LATENCY_BODY); await sleep(30) } // warm-up: connections on every hop
+    if (c === 96) sampler.window()
+    const rounds = c === 1 ? C1_ROUNDS : C_ROUNDS
+    for (let r = 0; r < rounds; r++) {
+      for (const p of paths) {
+        record(lat[c][p.key], await round(p.origin, c, LATENCY_BODY))
+        await sleep(30)
+      }
+    }
+    if (c === 96) { peak96.sluice = sampler.peak(gw.child.pid); peak96.pass = sampler.peak(pass.pid) }
+  }
+  // the same concurrency with staggered arrivals
+  const stag: Record<number, Record<PathKey, Lat>> = {}
+  for (const c of [32, 96]) {
+    stag[c] = { direct: newLat(), pass: newLat(), sluice: newLat() }
+    for (const p of paths) { await lanes(p.origin, c, stag[c][p.key]); await sleep(30) }
+  }
+  // the default-limits 96 case (32 active + 64 queued), against the direct figures above
+  const latDefault = newLat()
+  const defOrigin = `http://127.0.0.1:${gwDefault.port}`
+  await round(defOrigin, 96, LATENCY_BODY)
+  sampler.window()
+  for (let r = 0; r < C_ROUNDS; r++) { record(latDefault, await round(defOrigin, 96, LATENCY_BODY)); await sleep(30) }
+  peak96.sluiceDefault = sampler.peak(gwDefault.child.pid)
+  const throttledDefault = qDef.throttled()
+  await stop(gwDefault.child)
+
+  // 2. throughput (and its RSS peak)
+  const tp = {} as Record<PathKey, Throughput>
+  const peakTp = { sluice: NaN, pass: NaN }
+  for (const p of paths) {
+    sampler.window()
+    tp[p.key] = await throughput(p)
+    if (p.key === 'sluice') peakTp.sluice = sampler.peak(gw.child.pid)
+    if (p.key === 'pass') peakTp.pass = sampler.peak(pass.pid)
+  }
+  sampler.stop()
+  const perEx = { pass: await perExchangeCpu(P.pass), sluice: await perExchangeCpu(P.sluice) }
+
+  // 4. caller cancel -> upstream closed
+  const cn = {} as Record<PathKey, Cancel>
+  for (const p of paths) cn[p.key] = await cancel(p, CANCEL_N)
+
+  const throttled = { sluice: qGw.throttled(), pass: qPass.throttled(), sluiceDefault: throttledDefault }
+  await Promise.all([stop(gw.child), stop(pass), stop(sim)])
+  await cleanup()
+
+  // ---- report
+  const rows: string[][] = [['figure', 'direct', 'pass-through', 'sluice', 'target (sluice)', 'sluice vs target']]
+  const latRow = (what: 'ttfb' | 'total', c: number, target?: [number, number], staggered = false) => {
+    const L = staggered ? stag : lat
+    const d = L[c].direct[what]
+    const add = (k: PathKey) => [pct(L[c][k][what], 50) - pct(d, 50), pct(L[c][k][what], 99) - pct(d, 99)]
+    const [s50, s99] = add('sluice')
+    const [p50, p99] = add('pass')
+    rows.push([
+      `${what === 'ttfb' ? 'TTFB' : 'total'} @${c}${staggered ? ' staggered' : ''}${c === 96 ? ' (max active 96)' : ''}, ms p50/p99`,
+      pair(f(pct(d, 50)), f(pct(d, 99))),
+      pair(plus(p50), plus(p99)),
+      pair(plus(s50), plus(s99)),
+      target ? `+<=${target[0]} / +<=${target[1]}` : '-',
+      target ? verdict([['p50', s50, target[0], ' ms'], ['p99', s99, target[1], ' ms']]) : '',
+    ])
+  }
+  for (const c of CONCURRENCY) latRow('ttfb', c, c === 1 ? undefined : [1, 4])
+  for (const c of [32, 96]) latRow('ttfb', c, [1, 4], true)
+  {
+    const d = lat[96].direct.ttfb
+    rows.push(['TTFB @96, default limits (32+64 queued)', pair(f(pct(d, 50)), f(pct(d, 99))), '', pair(plus(pct(latDefault.ttfb, 50) - pct(d, 50)), plus(pct(latDefault.ttfb, 99) - pct(d, 99))), '(queueing by design)', ''])
+  }
+  for (const c of CONCURRENCY) latRow('total', c)
+  for (const c of [32, 96]) latRow('total', c, undefined, true)
+  {
+    const d = lat[96].direct.total
+    rows.push(['total @96, default limits', pair(f(pct(d, 50)), f(pct(d, 99))), '', pair(plus(pct(latDefault.total, 50) - pct(d, 50)), plus(pct(latDefault.total, 99) - pct(d, 99))), '', ''])
+  }
+  const eps = (t: Throughput) => pair(`${f(t.seqEps / 1000)}k`, `${f(t.parEps / 1000)}k`)
+  rows.push(['events/s, seq / 8 parallel (2000-event streams)', eps(tp.direct), eps(tp.pass), eps(tp.sluice), '>=500k per vCPU', ''])
+  const cpuPer1k = (t: Throughput) => t.cpuMs / (t.events / 1000)
+  rows.push([`CPU ms per 1000 relayed events (${f(tp.sluice.events / 1000)}k events)`, '-', f(cpuPer1k(tp.pass)), f(cpuPer1k(tp.sluice)), '<=2', verdict([['', cpuPer1k(tp.sluice), 2, ' ms']])])
+  rows.push([`CPU ms per exchange (${PER_EXCHANGE_N} one-delta streams in sequence)`, '-', f(perEx.pass.ms), f(perEx.sluice.ms), '-', ''])
+  rows.push(['RSS idle, MB', '-', f(idle.pass), f(idle.sluice), '<=100', verdict([['', idle.sluice, 100, ' MB']])])
+  rows.push(['RSS peak @96 streams, MB', '-', f(peak96.pass), f(peak96.sluice), '<=160', verdict([['', peak96.sluice, 160, ' MB']])])
+  rows.push(['RSS peak @96, default limits, MB', '-', '', f(peak96.sluiceDefault), '<=160', verdict([['', peak96.sluiceDefault, 160, ' MB']])])
+  rows.push(['RSS peak in the throughput run, MB', '-', f(peakTp.pass), f(peakTp.sluice), '<=160', verdict([['', peakTp.sluice, 160, ' MB']])])
+  rows.push(['RSS per active stream @96, MB', '-', f((peak96.pass - idle.pass) / 96), f((peak96.sluice - idle.sluice) / 96), '-', ''])
+  const cRow = (k: PathKey) => pair(f(pct(cn[k].ms, 50)), f(Math.max(...cn[k].ms)))
+  rows.push(['caller cancel -> upstream closed, ms p50/max', cRow('direct'), cRow('pass'), cRow('sluice'), '<=5 p50', verdict([['p50', pct(cn.sluice.ms, 50), 5, ' ms']])])
+  const reach = (k: PathKey) => `${cn[k].reached}/${cn[k].n}`
+  rows.push(['  ...cancels that reached the upstream', reach('direct'), reach('pass'), reach('sluice'), 'every time', cn.sluice.reached === cn.sluice.n ? 'met' : `MISSED: ${JSON.stringify(cn.sluice.outcomes)}`])
+  const healthy = starts.map((s) => s.healthyMs)
+  rows.push([`start -> /healthz 200, ms median (${starts.length} spawns)`, '-', '-', f(pct(healthy, 50)), '<=500', verdict([['', pct(healthy, 50), 500, ' ms']])])
+  rows.push(['start -> "sluice ready" (workers listening), ms', '-', '-', `${f(pct(starts.map((s) => s.readyMs), 50))} (own startMs ${f(pct(starts.map((s) => s.ownStartMs), 50))})`, '', ''])
+
+  const errors = {
+    ...Object.fromEntries(CONCURRENCY.flatMap((c) => paths.map((p) => [`${p.key}@${c}`, lat[c][p.key].errors]))),
+    ...Object.fromEntries([32, 96].flatMap((c) => paths.map((p) => [`${p.key}@${c}staggered`, stag[c][p.key].errors]))),
+    'sluice@96default': latDefault.errors, 'tp.direct': tp.direct.errors, 'tp.pass': tp.pass.errors, 'tp.sluice': tp.sluice.errors, 'perExchange.pass': perEx.pass.errors, 'perExchange.sluice': perEx.sluice.errors }
+  const bad = Object.entries(errors).filter(([, n]) => n > 0)
+  const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => paths.map((p) => stag[c][p.key].firstError)), latDefault.firstError].find((e) => e !== undefined)
+
+  const q = (name: string, quota: Quota, ok: boolean, thr: string) => `${name}: ${quota.detail} ${ok ? 'held' : 'DID NOT HOLD'}${thr ? ` (${thr})` : ''}`
+  console.log(`exchange bench — Node ${process.versions.node}, ${machine()}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures)`)
+  console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('sluice default-limits', qDef, held.sluiceDefault, throttled.sluiceDefault)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
+  if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
+  console.log('upstream: the sim (startSim) in its own process, outside the quota; load: undici Agent in the bench process, outside the quota')
+  console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32/@96 ${C_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
+  console.log(`staggered: N lanes started 500/N ms apart, ${LANE_STREAMS} streams each back to back (first not counted): ~N in flight, arriving one by one`)
+  console.log('@96: sluice with limits.maxActiveExchanges=96 and upstream.connections=96 (defaults 32 and 64); "default limits" = a second sluice with the default config')
+  console.log('')
+  console.log(table(rows))
+  console.log('')
+  console.log(`errors: ${bad.length === 0 ? 'none' : bad.map(([k, n]) => `${k}=${n}`).join(', ') + (firstErr ? ` (first: ${firstErr})` : '')}`)
+  console.log(`start spawns, ms to /healthz 200: ${healthy.map(f).join(', ')} (last = the max-active-96 instance)`)
+  if (PROFILE_DIR !== undefined) console.log(`cpu profiles of the main sluice instance: ${PROFILE_DIR}`)
+  console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
+}
+
+try {
+  await main()
+} catch (err) {
+  console.error(err instanceof Error ? err.stack : err)
+  process.exitCode = 1
+} finally {
+  await cleanup()
+}
