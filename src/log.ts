@@ -14,6 +14,16 @@ export const REDACT_PATHS = [
   'key',
 ]
 
+/**
+ * A logger for a worker thread. It writes to fd 1 itself, asynchronously: a worker's
+ * `process.stdout` would relay every line through the main thread over a MessagePort (one
+ * message per exchange log line, on the primary's event loop), and a synchronous write would
+ * stall the relay on a slow stdout.
+ */
+export function createThreadLogger (level: string): Logger {
+  return createLogger(level, pino.destination({ dest: 1, sync: false }))
+}
+
 export function createLogger (level: string, destination?: pino.DestinationStream): Logger {
   const opts: pino.LoggerOptions = {
     level,

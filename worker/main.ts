@@ -4,7 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
 import { attachLedger } from '../src/ledger/ledger.ts'
-import { createLogger } from '../src/log.ts'
+import { createThreadLogger } from '../src/log.ts'
 import { buildApp } from './app.ts'
 import { heapFigures } from './admission.ts'
 
@@ -13,7 +13,7 @@ const port = parentPort!
 const send = (msg: WorkerToPrimary): void => port.postMessage(msg)
 
 const ledger = attachLedger(boot.ledger, boot.row)
-const log = createLogger(boot.config.telemetry.logLevel).child({ worker: boot.row, generation: boot.generation })
+const log = createThreadLogger(boot.config.telemetry.logLevel).child({ worker: boot.row, generation: boot.generation })
 const app = buildApp({
   config: boot.config,
   ledger,
@@ -33,7 +33,10 @@ setInterval(reportHeap, 1000).unref()
 port.on('message', (msg: PrimaryToWorker) => {
   if (msg.type === 'drain') {
     // Stop accepting; in-flight exchanges finish (fastify close waits for them).
-    void app.fastify.close().then(() => app.close()).then(() => send({ type: 'drained' }))
+    void app.fastify.close().then(() => app.close()).then(() => {
+      log.flush()
+      send({ type: 'drained' })
+    })
   }
 })
 
