@@ -1,7 +1,7 @@
 // Model -> provider routing, and the key's model pin. Built once per worker at start.
 
 import type { KeyConfig, Protocol, ProviderConfig } from './config/schema.ts'
-import { matchesAny } from './config/load.ts'
+import { matchesAny } from './config/models.ts'
 import { SluiceError } from './errors.ts'
 
 export type RouteProtocol = Protocol

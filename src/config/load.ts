@@ -5,6 +5,9 @@
 import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { configSchema, type Config, type ConfigInput } from './schema.ts'
+import { matchesAny } from './models.ts'
+
+export { matchesAny }
 
 export const DEMO_KEY = 'sk-sluice-demo'
 
@@ -162,13 +165,6 @@ export function isLoopback (host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
 }
 
-/** `gpt-5*` matches `gpt-5.5`; `*` matches everything; otherwise exact. */
-export function matchesAny (model: string, patterns: readonly string[]): boolean {
-  for (const p of patterns) {
-    if (p.endsWith('*') ? model.startsWith(p.slice(0, -1)) : model === p) return true
-  }
-  return false
-}
 
 /** The cap as a number, or null when disabled (0, null, "Infinity"): /capabilities' shape. */
 export function pendingCap (limits: Config['limits']): number | null {
