@@ -9,12 +9,14 @@ t.test('healthz, metrics and capabilities answer while every worker is stuck', a
   const gw = await startGateway({ workers: 2 })
   t.teardown(() => gw.stop())
   const busyMs = 2500
-  for (const row of [1, 2]) {
-    const c = await clientOnRow(gw.port, row)
+  // Pin a connection to each worker first: once one worker spins, finding the other takes
+  // as long as the spin (connections that land on the busy one wait).
+  const clients = [await clientOnRow(gw.port, 1), await clientOnRow(gw.port, 2)]
+  for (const c of clients) {
     const res = await c.request({ method: 'GET', path: `/_test/busy?ms=${busyMs}` })
     await res.body.dump()
-    await c.close()
   }
+  for (const c of clients) void c.close()
   // Both workers are now spinning. Prove it: a data-plane request does not answer quickly.
   const stuck = await Promise.race([
     request(`http://127.0.0.1:${gw.port}/_test/whoami`).then(async (r) => { await r.body.dump(); return 'answered' }),
