@@ -90,25 +90,18 @@ export const RUNS: readonly RunSpec[] = [
   P('gate-1x2-two-deaths', ['MAXP=1', 'QMAX=2', 'NW=3', 'OPS=1', 'MAX_DEATHS=2', 'PATIENT=0'], '1 permit, queue 2, two deaths', { full: true }),
   P('budget-two-deaths', ['BUDGET', 'NW=3', 'OPS=2', 'MAX_DEATHS=2'], 'byte budget, two deaths'),
 
-  // A defect of the code as written (README.md "Findings"), and a hazard of its use: each must
-  // still reproduce. When the code is fixed, fix the model the same way and make it a property.
-  { name: 'defect:D1-wakeup-lost-when-waker-dies', kind: 'known-defect', expect: 'fail', catches: ['invalid end state'],
-    defines: ['MAXP=1', 'QMAX=2', 'NW=2', 'OPS=1', 'MAX_DEATHS=1', 'PATIENT=1'],
-    what: 'a releaser dies between its GRANTED store and its notify: the waiter sleeps until its deadline' },
+  // D1 (README.md "Findings"), fixed in gate.ts: the reclaim notifies every GRANTED slot, so
+  // patient waiters (no deadline) survive a waker's death; the unfixed code is a mutant below.
+  P('gate-d1-waker-dies', ['MAXP=1', 'QMAX=2', 'NW=3', 'OPS=1', 'MAX_DEATHS=1', 'PATIENT=1'], 'a releaser dies between its GRANTED store and its notify: the reclaim wakes the waiter'),
+  P('gate-d1-two-deaths', ['MAXP=1', 'QMAX=2', 'NW=3', 'OPS=1', 'MAX_DEATHS=2', 'PATIENT=1'], 'the same with two deaths', { full: true }),
+  // A hazard of use (not of the code as written): it must still reproduce.
   { name: 'hazard:D3-primary-takes-the-lock', kind: 'known-defect', expect: 'fail', catches: ['invalid end state'],
     defines: ['MAXP=1', 'QMAX=1', 'NW=2', 'OPS=1', 'MAX_DEATHS=1', 'PATIENT=0', 'PRIMARY_OPS=1'],
     what: 'if the primary ever calls lock() itself, a dead holder parks the thread that must repair it' },
 
-  // The fix proposed for D1 (README.md), checked on the model only (-DFIX_D1).
-  { name: 'fix:D1-reclaim-notifies-granted', kind: 'proposed-fix', expect: 'pass',
-    defines: ['MAXP=1', 'QMAX=2', 'NW=3', 'OPS=1', 'MAX_DEATHS=1', 'PATIENT=1', 'FIX_D1'],
-    what: 'reclaimRow also notifies every GRANTED slot: patient waiters and a death, no hang' },
-  { name: 'fix:D1-two-deaths', kind: 'proposed-fix', expect: 'pass', full: true,
-    defines: ['MAXP=1', 'QMAX=2', 'NW=3', 'OPS=1', 'MAX_DEATHS=2', 'PATIENT=1', 'FIX_D1'],
-    what: 'the same with two deaths' },
-
   // Mutants: a deliberate bug each; the named property must catch it.
   M('naive-wait', [...SMALL, 'MUT_NAIVE_WAIT'], ['invalid end state'], 'check WAITING, then sleep (two steps): lost wake-up'),
+  M('d1-no-granted-notify', ['MAXP=1', 'QMAX=2', 'NW=2', 'OPS=1', 'MAX_DEATHS=1', 'PATIENT=1', 'MUT_D1_NO_GRANTED_NOTIFY'], ['invalid end state'], 'the code before the D1 fix: a waiter granted by a dying releaser sleeps until its deadline'),
   M('no-handoff', [...SMALL, 'MUT_NO_HANDOFF'], ['P3_no_lost_wakeup', 'invalid end state'], 'release returns the permit to the pool while someone waits'),
   M('handoff-by-index', [...FIFO3, 'MUT_HANDOFF_BY_INDEX'], ['P4_fifo'], 'hand-off to the first WAITING slot, not the oldest ticket'),
   M('cancel-granted-leak', [...SMALL, 'MUT_CANCEL_GRANTED_LEAK'], ['P1_never_over_admitted', 'P2_permit_exactly_once'], 'abort after grant frees the slot, never puts the permit back'),

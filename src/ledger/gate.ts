@@ -19,7 +19,9 @@
 //
 // Every transition happens under the ledger lock (core.ts). The slot's state word is also
 // the Atomics.waitAsync address the owner sleeps on; every transition away from WAITING is
-// followed by Atomics.notify(all) on it, after the lock is released.
+// followed by Atomics.notify(all) on it, after the lock is released — unless the notifying
+// thread dies in between: then the primary's reclaim of that thread notifies every GRANTED
+// slot again.
 //
 // ## Invariants (outside the lock)
 //
@@ -60,8 +62,9 @@
 //
 // A dead thread's row holdings and slots are reclaimed once by the primary (ledger.ts
 // `reclaimRow`): its row's R_HELD is zeroed, its slots freed, G_ACTIVE and G_QUEUED are
-// recomputed from the truth (rows + slots), and freed permits are handed to waiters in
-// ticket order. Zeroing under the lock makes a second reclaim of the same row a no-op.
+// recomputed from the truth (rows + slots), freed permits are handed to waiters in ticket
+// order, and every GRANTED slot is notified (the dead thread may have granted one without
+// notifying it). Zeroing under the lock makes a second reclaim of the same row a no-op.
 
 import { SluiceError, type ErrorCode } from '../errors.ts'
 import type { LedgerCore } from './core.ts'
@@ -459,8 +462,16 @@ export function reclaimGateLocked (core: LedgerCore, g: number, row: number): { 
   Atomics.store(i32, base + G_ACTIVE, held + granted)
   Atomics.store(i32, base + G_QUEUED, waiting)
   if (reclaimed > 0) bump(i32, totals + GT_RECLAIMED, reclaimed)
-  // Restore G3: hand every free permit to the oldest waiters.
+  // Every slot already GRANTED is notified again: its waker may have been the dead thread,
+  // killed between its GRANTED store and its notify (the store is inside the lock, the
+  // notify after it). Without this the waiter sleeps on a granted permit until its deadline
+  // (found by the model, src/ledger/model: D1). A spurious wake-up is harmless.
   const out: number[] = []
+  for (let s = 0; s < slots; s++) {
+    const at = slotBase + s * SLOT_FIELDS
+    if (Atomics.load(i32, at + S_STATE) === GRANTED) out.push(at + S_STATE)
+  }
+  // Restore G3: hand every free permit to the oldest waiters.
   const max = Atomics.load(i32, base + G_MAX)
   while (Atomics.load(i32, base + G_ACTIVE) < max) {
     const slot = oldestWaitingLocked(i32, base, slotBase)

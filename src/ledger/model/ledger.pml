@@ -51,11 +51,11 @@
  *
  * Configuration (-D...): NW workers (1..4), MAXP permits and QMAX queue (MAXP + QMAX in 2..4),
  * OPS acquires (or reservations) per worker and OPS1 for worker 1, MAX_DEATHS, PATIENT (a
- * waiter may have no deadline; only meaningful without deaths, see README "D1"), SPURIOUS
+ * waiter may have no deadline; with deaths it needs the D1 fix, see README "D1"), SPURIOUS
  * (stray wake-ups per wait), DOUBLE_RECLAIM, PRIMARY_OPS (the primary calls the gate itself),
  * BUDGET (the byte-budget model instead of the gate), LIMIT. MUT_* select a deliberate bug (a
- * mutant, which the verifier must catch); FIX_D1 selects the fix README.md proposes for the
- * defect D1 (not what the code does today).
+ * mutant, which the verifier must catch); MUT_D1_NO_GRANTED_NOTIFY restores the defect D1
+ * (fixed in gate.ts reclaimGateLocked) as a mutant.
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -699,9 +699,10 @@ init {
           snapACTIVE = 0; snapQUEUED = 0
        fi;
        reclaims[w]++; r = 0; stolen = 0 }
-#ifdef FIX_D1
-     /* PROPOSED FIX (not the code): also notify every GRANTED slot, whose waker may have died
-        between its GRANTED store and its notify (a spurious wake-up is harmless) */
+#ifndef MUT_D1_NO_GRANTED_NOTIFY
+     /* reclaimGateLocked(): also notify every GRANTED slot, whose waker may have died between
+        its GRANTED store and its notify (a spurious wake-up is harmless). The mutant drops
+        this: the defect D1 the model found before the code was fixed. */
      d_step { k = 0; do :: k < NS -> if :: sstate[k] == GRANTED -> nmask = nmask | (1 << k) :: else -> skip fi; k++ :: else -> k = 0; break od }
 #endif
      UNLOCK(PTOKEN);                              /* tryReclaimRow(): finally core.unlock() */

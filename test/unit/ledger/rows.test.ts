@@ -211,3 +211,31 @@ t.test('heap figures and the draining flag are visible in the snapshot', async (
   primary.tryReclaimRow(2)!
   assertIdle(t, primary)
 })
+
+t.test('a waiter granted by a thread that died before its notify is woken by the reclaim (D1)', async (t) => {
+  const primary = makeLedger({ maxActive: 1, maxQueued: 2 })
+  const waker = rowHandle(primary, 2)
+  const waiter = rowHandle(primary, 1)
+  t.ok(waker.exchange.tryAcquire(), 'row 2 holds the only permit')
+  let granted = false
+  const p = waiter.exchange.acquire({ deadline: Date.now() + 10_000 }).then(() => { granted = true })
+  t.same(slotStates(primary, GATE_EXCHANGE).filter((s) => s === WAITING).length, 1, 'row 1 waits')
+  // Row 2's release() up to its unlock — then it dies before Atomics.notify.
+  const { i32, layout } = primary.core
+  const base = layout.gate32[GATE_EXCHANGE]
+  const slot = slotStates(primary, GATE_EXCHANGE).indexOf(WAITING)
+  waker.core.lock()
+  i32[layout.row32(2) + 3 + GATE_EXCHANGE]-- // R_HELD + gate
+  Atomics.store(i32, layout.slot32[GATE_EXCHANGE] + slot * 3, GRANTED)
+  i32[base + G_QUEUED]--
+  waker.core.unlock()
+  await new Promise((r) => setTimeout(r, 50))
+  t.notOk(granted, 'without a notify the waiter still sleeps on its granted slot')
+  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  const woke = await Promise.race([p.then(() => 'woken'), new Promise((r) => setTimeout(() => r('still asleep'), 2000))])
+  t.equal(woke, 'woken', 'the reclaim woke it long before its 10 s deadline')
+  t.equal(Atomics.load(i32, base + G_ACTIVE), 1)
+  waiter.exchange.release()
+  primary.tryReclaimRow(1)
+  assertIdle(t, primary)
+})
