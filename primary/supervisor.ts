@@ -152,7 +152,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       // row is zeroed under the ledger lock and a later call finds nothing. It never parks
       // the primary: if another dead worker holds the ledger lock, this waits for that
       // worker's own exit handler (which may steal the lock) on a later turn.
-      void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r)).then((reclaimed) => {
+      void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r), generation).then((reclaimed) => {
         this.dead.delete(w.row)
         this.afterExit(w, generation, code, error, reclaimed, onStarted)
         onStarted = undefined

@@ -15,6 +15,11 @@
 //
 //   L1  H_LOCK is 0 or the token (row + 1) of the thread inside a critical section.
 //   L2  A thread never re-enters the lock (asserted).
+//   L3  The primary never calls lock(): it would park on a dead holder that only the
+//       primary itself can repair (model hazard D3). It uses tryLockForRepair only.
+//
+// A thread that dies while parked leaves H_LOCK_PARKED one too high for good; the only cost
+// is a needless Atomics.notify on every later unlock.
 //
 // ## Death inside a critical section
 //
@@ -29,9 +34,10 @@
 //
 // ## Memory ordering
 //
-// Lock acquire is a sequentially consistent compareExchange, release a sequentially
-// consistent store; every cell is also accessed with Atomics inside, so readers outside the
-// lock (the admin plane's snapshots) see whole values, never torn ones. Snapshots taken
+// Lock acquire and release are both sequentially consistent compareExchanges (release
+// checks it holds the lock). Inside, gate counters are plain Int32 accesses ordered by the
+// lock (tear-free for aligned Int32, so lock-free snapshot readers see whole values); slot
+// state words and BigInt64 cells use Atomics. Snapshots taken
 // without the lock may mix two moments; metrics accept that, decisions never use them.
 
 import { computeLayout, dimsOf, H_LOCK, H_LOCK_PARKED, type Layout } from './layout.ts'

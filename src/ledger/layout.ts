@@ -66,7 +66,7 @@ export const GT_REFUSED_FULL = 6    // refusals: queue full
 export const GT_TIMEOUTS = 8        // waiters removed by their deadline
 export const GT_CANCELS = 10        // waiters removed by their AbortSignal
 export const GT_CANCEL_AFTER_GRANT = 12 // aborts that lost the race to a grant: permit put back
-export const GT_RECLAIMED = 14      // permits and slots reclaimed from dead rows
+export const GT_RECLAIMED = 14      // permits reclaimed from dead rows (held or granted to them)
 export const GATE_TOTAL_FIELDS = 16
 
 // ---- BigInt64 header / budget ----

@@ -11,7 +11,8 @@
 //
 // Only the owning thread writes its holdings. The primary writes R_STATE and
 // R_GENERATION while the row is not in use (before starting a worker, and in `reclaimRow`
-// after the worker's `exit` was observed).
+// after the worker's `exit` was observed). The supervisor passes the generation of the life
+// that died, so a late reclaim can never touch a restarted worker's new life.
 //
 // ## Reclaim: exactly once
 //
@@ -162,22 +163,29 @@ export class Ledger {
    * other exit handlers (perhaps the dead lock holder's own) can run meanwhile.
    * `isDeadRow` names every row whose thread is known dead (their locks may be stolen too).
    */
-  async reclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row): Promise<Reclaimed> {
+  async reclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row, generation?: number): Promise<Reclaimed> {
     for (;;) {
-      const done = this.tryReclaimRow(row, isDeadRow)
+      const done = this.tryReclaimRow(row, isDeadRow, generation)
       if (done) return done
       await new Promise((resolve) => setImmediate(resolve))
     }
   }
 
-  /** One non-parking attempt at reclaimRow(); null when a live thread holds the lock. */
-  tryReclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row): Reclaimed | null {
+  /**
+   * One non-parking attempt at reclaimRow(); null when a live thread holds the lock. With
+   * `generation`, a row already reassigned to a newer life is left alone (zeros returned).
+   */
+  tryReclaimRow (row: number, isDeadRow: (row: number) => boolean = (r) => r === row, generation?: number): Reclaimed | null {
     this.checkRow(row)
     if (row === this.core.row) throw new Error('a thread cannot reclaim its own row')
     const core = this.core
     const got = core.tryLockForRepair((token) => token === row + 1 || (token - 1 !== core.row && isDeadRow(token - 1)))
     if (got === null) return null
     const lockStolen = got === 'stolen'
+    if (generation !== undefined && Atomics.load(core.i32, core.layout.row32(row) + R_GENERATION) !== generation) {
+      core.unlock()
+      return { exchange: 0, parse: 0, bytes: 0, lockStolen }
+    }
     const notify: number[] = []
     let exchange = 0
     let parse = 0

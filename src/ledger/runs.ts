@@ -23,6 +23,8 @@
 // ## Death
 //
 // Counts belong to runs, not rows: a dead worker's turns stay taken (the exchanges happened).
+// A thread that dies inside take() can leave a half-written slot (a hash without its count);
+// it is not repaired: such a slot is a run nobody will look up, evicted like any other.
 
 import { createHash } from 'node:crypto'
 import type { LedgerCore } from './core.ts'

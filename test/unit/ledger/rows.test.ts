@@ -239,3 +239,18 @@ t.test('a waiter granted by a thread that died before its notify is woken by the
   primary.tryReclaimRow(1)
   assertIdle(t, primary)
 })
+
+t.test('a late reclaim of an earlier life leaves the restarted row alone', async (t) => {
+  const primary = makeLedger()
+  const first = rowHandle(primary, 1)
+  const gen1 = primary.snapshot().rows[1].generation
+  t.ok(first.exchange.tryAcquire())
+  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 1, parse: 0, bytes: 0, lockStolen: false })
+  const second = rowHandle(primary, 1) // the restarted worker, a new generation
+  t.ok(second.exchange.tryAcquire())
+  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'the old life\'s reclaim changes nothing')
+  t.equal(second.exchange.heldByMe, 1, 'the new life keeps its permit')
+  second.exchange.release()
+  primary.tryReclaimRow(1)
+  assertIdle(t, primary)
+})
