@@ -108,7 +108,7 @@ t.test('the run table matches the model', async (t) => {
   const model = readFileSync(MODEL, 'utf8')
   const names = RUNS.map((r) => r.name)
   t.equal(new Set(names).size, names.length, 'run names are unique')
-  const mutantsInModel = new Set([...model.matchAll(/\b(MUT_[A-Z_]+)\b/g)].map((m) => m[1]))
+  const mutantsInModel = new Set([...model.matchAll(/\b(MUT_[A-Z0-9_]+)\b/g)].map((m) => m[1]))
   const mutantsRun = new Set(RUNS.flatMap((r) => r.defines.filter((d) => d.startsWith('MUT_'))))
   t.same([...mutantsRun].sort(), [...mutantsInModel].sort(), 'every mutant of the model is run, and only those')
   for (const r of RUNS) {
