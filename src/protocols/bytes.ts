@@ -207,3 +207,15 @@ export function readUint (f: Uint8Array, at: number, end: number): number {
   }
   return p === at ? -1 : v
 }
+
+/**
+ * The non-streaming usage readers of one protocol, from its `usage`-object reader: from an
+ * already-parsed response body, and from the body's bytes (parses: take the parse permit).
+ */
+export function usageReaders<U> (usageOf: (u: unknown) => U | undefined): {
+  usageFromJson: (value: unknown) => U | null
+  extractUsage: (body: Uint8Array) => U | null
+} {
+  const usageFromJson = (value: unknown): U | null => isRecord(value) ? usageOf(value.usage) ?? null : null
+  return { usageFromJson, extractUsage: (body) => usageFromJson(parsePayload(asBuffer(body), null)) }
+}

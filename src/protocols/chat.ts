@@ -35,7 +35,7 @@ import type { FailureRecord } from '../sse/sign.ts'
 import { readFrame, shape, shapeOf } from '../sse/fields.ts'
 import {
   ascii, asBuffer, endsWith, errorFacts, findKeyValue, isDone, isObjectShaped, isObjectStart, isRecord, notNull, num,
-  parseObject, parsePayload, payloadOf, singleLine, str, trim, trimmed,
+  parseObject, parsePayload, payloadOf, singleLine, str, trim, trimmed, usageReaders,
 } from './bytes.ts'
 import { tailMessage } from './tail.ts'
 import type { FrameClass, FrameFacts, ProtocolInspector, TailContext, Usage } from './types.ts'
@@ -154,13 +154,7 @@ export function failureTail (record: FailureRecord, signature: string, ctx: Tail
   return Buffer.from((ctx.closing ?? '') + 'data: ' + JSON.stringify({ error }) + '\n\n')
 }
 
-export function usageFromJson (value: unknown): Usage | null {
-  return isRecord(value) ? usageOf(value.usage) ?? null : null
-}
-
-export function extractUsage (body: Uint8Array): Usage | null {
-  return usageFromJson(parsePayload(asBuffer(body), null))
-}
+export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 
 export const chat: ProtocolInspector = {
   protocol: 'openai-chat',

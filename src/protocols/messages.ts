@@ -12,7 +12,7 @@
 // OpenAI's prompt_tokens already include cached tokens).
 
 import type { FailureRecord } from '../sse/sign.ts'
-import { asBuffer, errorFacts, isDone, isRecord, num, parseObject, parsePayload, payloadOf, str, trim } from './bytes.ts'
+import { asBuffer, errorFacts, isDone, isRecord, num, parseObject, parsePayload, payloadOf, str, trim, usageReaders } from './bytes.ts'
 import { namedClassifier } from './named.ts'
 import { tailMessage } from './tail.ts'
 import type { FrameFacts, ProtocolInspector, TailContext, Usage } from './types.ts'
@@ -78,13 +78,7 @@ export function failureTail (record: FailureRecord, signature: string, ctx: Tail
   return Buffer.from((ctx.closing ?? '') + 'event: error\ndata: ' + JSON.stringify(body) + '\n\n')
 }
 
-export function usageFromJson (value: unknown): Usage | null {
-  return isRecord(value) ? usageOf(value.usage) ?? null : null
-}
-
-export function extractUsage (body: Uint8Array): Usage | null {
-  return usageFromJson(parsePayload(asBuffer(body), null))
-}
+export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 
 export const messages: ProtocolInspector = {
   protocol: 'anthropic',

@@ -13,7 +13,7 @@ import type { FailureRecord } from '../sse/sign.ts'
 import { shape, shapeOf } from '../sse/fields.ts'
 import {
   asBuffer, errorFacts, isDone, isRecord, leadingType, num, parseObject, parsePayload, payloadOf, readUint,
-  str, trim, typeName,
+  str, trim, typeName, usageReaders,
 } from './bytes.ts'
 import { tailMessage } from './tail.ts'
 import { namedClassifier } from './named.ts'
@@ -147,13 +147,7 @@ export function failureTail (record: FailureRecord, signature: string, ctx: Tail
   return Buffer.from((ctx.closing ?? '') + text)
 }
 
-export function usageFromJson (value: unknown): Usage | null {
-  return isRecord(value) ? usageOf(value.usage) ?? null : null
-}
-
-export function extractUsage (body: Uint8Array): Usage | null {
-  return usageFromJson(parsePayload(asBuffer(body), null))
-}
+export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 
 export const responses: ProtocolInspector = {
   protocol: 'openai-responses',
