@@ -138,7 +138,12 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         bytesOut += out.length
         if (!res.write(out)) await drained(res, signal)
       }
-      if (tracker.failure !== null) break
+      if (tracker.failure !== null) {
+        // The whole chunk went out (an in-band provider error, a budget refusal): it may end
+        // inside a frame, which the tail must not continue.
+        if (cut === chunk.length) closing = framer.closingBytes()
+        break
+      }
     }
   } catch (err) {
     const se = transportError(err, signal)
@@ -154,10 +159,14 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   }
   if (!up.body.destroyed) up.body.destroy()
 
-  const verdict = tracker.failure === null && failure === null
-    ? tracker.end({ trailingBytes: framer.end()?.length ?? 0 })
-    : tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
-  if (tracker.failure !== null && closing === '' && failure === null && tracker.failure.frame === -1) closing = framer.closingBytes()
+  let verdict
+  if (tracker.failure === null && failure === null) {
+    // EOF: a stream cut inside a frame needs that frame closed before any tail.
+    closing = framer.closingBytes()
+    verdict = tracker.end({ trailingBytes: framer.end()?.length ?? 0 })
+  } else {
+    verdict = tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
+  }
   holdings.setFloating(0)
   rec.bytesOut = bytesOut
   rec.frames = framesOut

@@ -1,0 +1,50 @@
+// A provider whose stream ends cleanly but inside a frame: the partial frame is closed for
+// the client and the stream ends with a signed provider_protocol_error tail, never a
+// complete-looking stream.
+
+import t from 'tap'
+import { createServer, type Server } from 'node:http'
+import { once } from 'node:events'
+import { request } from 'undici'
+import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
+import { KEY, SIGNING_KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { waitIdle } from '../helpers/gateway.ts'
+
+const chunk = (i: number) => `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"w${i}"},"finish_reason":null}]}\n\n`
+const partial = 'data: {"id":"c1","object":"chat.compl'
+
+let rig: Rig
+let upstream: Server
+t.before(async () => {
+  upstream = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(chunk(0) + chunk(1) + partial)
+      setTimeout(() => res.end(), 20)
+    })
+  })
+  upstream.listen(0, '127.0.0.1')
+  await once(upstream, 'listening')
+  const url = `http://127.0.0.1:${(upstream.address() as { port: number }).port}`
+  rig = await startRig({ providers: () => [{ name: 'eof', protocol: 'openai-chat', baseUrl: url, models: ['*'] }] })
+})
+t.teardown(async () => { await rig.close(); upstream.close() })
+
+t.test('EOF inside a frame: the frame is closed, then a signed tail', async (t) => {
+  const res = await request(rig.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody('x', { stream: true })),
+  })
+  const text = await res.body.text()
+  t.equal(res.statusCode, 200)
+  t.ok(text.startsWith(chunk(0) + chunk(1) + partial), 'the provider\'s bytes, exactly, as far as they went')
+  const rest = text.slice((chunk(0) + chunk(1) + partial).length)
+  t.match(rest, /^\n\ndata: \{"error":/, 'the partial frame is closed before the tail starts')
+  const j = JSON.parse(rest.trim().slice('data: '.length)) as { error: { sluice: { record: FailureRecord; signature: string } } }
+  t.equal(j.error.sluice.record.code, 'provider_protocol_error')
+  t.match(j.error.sluice.record.message, /inside a frame/)
+  t.ok(verifyRecord(j.error.sluice.record, j.error.sluice.signature, Buffer.from(SIGNING_KEY)), 'signature verifies')
+  t.same(await waitIdle(rig.gw), {})
+})
