@@ -52,18 +52,19 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
   })
 
   // Grow the JS heap until the worker dies of its heap limit.
+  // Each dies only once its own reply has gone out.
   fastify.get('/_test/oom', (_req, reply) => {
-    reply.send({ row: ledger.row, dying: 'oom' })
-    setImmediate(() => {
+    reply.raw.once('finish', () => setImmediate(() => {
       const keep: unknown[] = []
       for (;;) keep.push({ a: new Array(1024).fill(keep.length), s: 'x'.repeat(64) + keep.length })
-    })
+    }))
+    reply.send({ row: ledger.row, dying: 'oom' })
   })
 
   // Exit the worker thread outright.
   fastify.get('/_test/exit', (_req, reply) => {
+    reply.raw.once('finish', () => setImmediate(() => process.exit(3)))
     reply.send({ row: ledger.row, dying: 'exit' })
-    setImmediate(() => process.exit(3))
   })
 
   fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
