@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The sluice command: `serve` (what npm start runs), `sim`, `check-config`.
+// The sluice command: `serve` (what npm start runs), `sim`, `check-config`, `load`.
 
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfig, type Overrides } from '../src/config/load.ts'
@@ -10,6 +10,8 @@ commands:
   serve          run the gateway (default: the embedded demo config with the simulated provider)
   sim            run the simulated provider alone
   check-config   validate a config file without starting (sluice check-config FILE)
+  load           qualify limits under a CPU quota (sluice load model-capacity --profile half-vcpu|one-vcpu|all
+                 [--smoke] [--record-baseline]; see ops/load/README.md)
 
 serve options:
   --config PATH                          JSON config file (else $SLUICE_CONFIG, else the demo config)
@@ -24,6 +26,10 @@ async function main (argv: string[]): Promise<number> {
   switch (command) {
     case 'serve': return serve(rest)
     case 'check-config': return checkConfig(rest)
+    case 'load': {
+      const { loadMain } = await import('../src/load/cli.ts')
+      return loadMain(rest)
+    }
     case 'sim': {
       const { simMain } = await import('../src/sim/cli.ts')
       await simMain(rest)
