@@ -61,10 +61,17 @@ interface RelayContext {
   signal: AbortSignal
 }
 
-/** Waits until the client drained, or rejects when it went away. */
-async function drained (res: ServerResponse, signal: AbortSignal): Promise<void> {
+/**
+ * Waits until the client drained. Rejects with client_closed when it went away, and with
+ * client_stalled when it read nothing for `stallMs` (a stuck client must not hold its permit
+ * forever).
+ */
+async function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
   if (signal.aborted) throw new SluiceError('client_closed')
-  await once(res, 'drain', { signal }).catch(() => { throw new SluiceError('client_closed') })
+  const stall = AbortSignal.timeout(stallMs)
+  await once(res, 'drain', { signal: AbortSignal.any([signal, stall]) }).catch(() => {
+    throw signal.aborted ? new SluiceError('client_closed') : new SluiceError('client_stalled', { stallMs })
+  })
 }
 
 /** Takes the parse permit for an inspection: the fast path almost always. */
@@ -136,7 +143,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       if (cut > 0) {
         const out = cut === chunk.length ? chunk : chunk.subarray(0, cut)
         bytesOut += out.length
-        if (!res.write(out)) await drained(res, signal)
+        if (!res.write(out)) await drained(res, signal, deps.config.limits.clientStallMs)
       }
       if (tracker.failure !== null) {
         // The whole chunk went out (an in-band provider error, a budget refusal): it may end
@@ -147,6 +154,18 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     }
   } catch (err) {
     const se = transportError(err, signal)
+    if (se.code === 'client_stalled') {
+      // Nobody is reading: no tail could be delivered. Cut the connection.
+      if (!up.body.destroyed) up.body.destroy()
+      holdings.setFloating(0)
+      res.destroy()
+      deps.ledger.countRefusal(se.code)
+      rec.bytesOut = bytesOut
+      rec.frames = framesOut
+      rec.usage = usageOf(tracker)
+      rec.partial = true
+      return { code: se.code }
+    }
     if (se.code === 'client_closed' || signal.aborted) {
       rec.bytesOut = bytesOut
       rec.frames = framesOut
@@ -217,7 +236,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
         }
       }
       bytesOut += chunk.length
-      if (!res.write(chunk)) await drained(res, signal)
+      if (!res.write(chunk)) await drained(res, signal, deps.config.limits.clientStallMs)
     }
   } catch (err) {
     if (keptBytes > 0) holdings.unreserve(keptBytes)

@@ -39,6 +39,8 @@ export const limitsSchema = z.strictObject({
   /** Runs tracked for turn pins (LRU beyond this). */
   maxTrackedRuns: int(0).max(1_000_000).default(4096),
   drainMs: int(0).default(30_000),
+  /** A caller that reads nothing for this long while the relay waits on it is cut off. */
+  clientStallMs: int(1).default(300_000),
 })
 
 export const upstreamSchema = z.strictObject({
