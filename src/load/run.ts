@@ -367,7 +367,6 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
     const plan = (phase: Phase, role: Role, session: string, f: Fixture, stream: boolean, directive: string): Planned => {
       const s = steer(f.body, directive)
       const body = stream ? { ...s.body, stream: true } : buffered(s.body)
-      planned++
       return { id: `${tag}-${seq++}`, phase, role, session, url: f.url, body: Buffer.from(JSON.stringify(body)), steered: s.steered }
     }
     const exchange = async (x: Planned): Promise<ExResult> => {
@@ -427,6 +426,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
       }
     }
     const teamThreads = W.engineers * W.threadsPerEngineer
+    planned = teamThreads * W.exchangesPerThread + (teamThreads + W.headroomThreads) * W.headroomExchangesPerThread + maxA + maxQ + W.burstExtra
 
     phase = 'team'
     await Promise.all(Array.from({ length: teamThreads }, (_, i) => thread('team', i, W.exchangesPerThread)))
