@@ -1,0 +1,101 @@
+// Property: whatever mix of exchanges, caller cancels (queued, before the first byte,
+// mid-stream), provider faults and a worker death hits the gateway, every exchange ends in
+// one honest way, the provider sees every stream closed, and afterwards every permit, queue
+// slot and byte is back at idle, with admissions = releases + reclaimed.
+
+import t from 'tap'
+import { Agent, request } from 'undici'
+import { KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { clientOnRow, waitIdle } from '../helpers/gateway.ts'
+
+const SEED = Number(process.env.SLUICE_STRESS_SEED ?? Date.now() % 100000)
+let seed = SEED
+const rnd = (n: number): number => { seed = (seed * 1103515245 + 12345) >>> 0; return (seed >>> 8) % n }
+
+let rig: Rig
+t.before(async () => {
+  rig = await startRig({ workers: 2, limits: { maxActiveExchanges: 8, maxQueuedExchanges: 8, queueWaitMs: 1500 }, upstream: { idleTimeoutMs: 500 } })
+})
+t.teardown(() => rig.close())
+
+const ROUTES = [
+  ['/v1/chat/completions', chatBody],
+  ['/v1/responses', responsesBody],
+  ['/v1/messages', messagesBody],
+] as const
+const FAULTS = ['', '', '', '', 'fault=cut-mid-stream', 'fault=malformed-frame', 'fault=status-503', 'fault=status-429', 'fault=reset-before-first-byte', 'fault=stall', 'fault=error-event']
+
+type Ending = 'complete' | 'refused' | 'tail' | 'aborted' | 'connection-lost'
+
+t.test(`a random wave (seed ${SEED}) ends honestly and leaves the ledger idle`, async (t) => {
+  t.comment(`seed ${SEED} (SLUICE_STRESS_SEED to replay)`)
+  const agent = new Agent({ connections: 200 })
+  t.teardown(() => agent.close())
+  const endings = new Map<Ending, number>()
+  const problems: string[] = []
+  const N = 120
+  const runs: Array<Promise<void>> = []
+  let killed = false
+  for (let i = 0; i < N; i++) {
+    const [path, mk] = ROUTES[rnd(3)]
+    const stream = rnd(4) !== 0
+    const fault = FAULTS[rnd(FAULTS.length)]
+    const directive = `#sim ttft=${rnd(60)} tokens=${1 + rnd(30)} interval=${rnd(15)} ${fault}`
+    const abortAfter = rnd(3) === 0 ? rnd(400) : -1
+    runs.push((async () => {
+      const ac = new AbortController()
+      if (abortAfter >= 0) setTimeout(() => ac.abort(), abortAfter)
+      let ending: Ending
+      try {
+        const res = await request(rig.url + path, {
+          dispatcher: agent,
+          method: 'POST',
+          signal: ac.signal,
+          headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+          body: JSON.stringify(mk(`wave ${i}\n${directive}`, { stream })),
+        })
+        const text = await res.body.text()
+        if (res.statusCode !== 200) {
+          const j = JSON.parse(text) as { code?: string }
+          if (typeof j.code !== 'string') problems.push(`${i}: ${res.statusCode} without a catalogue code`)
+          ending = 'refused'
+        } else if (/"sluice":\{"record"/.test(text)) {
+          ending = 'tail'
+        } else {
+          ending = 'complete'
+          const done = !stream || /data: \[DONE\]|event: response\.completed|event: message_stop/.test(text)
+          if (!done && !fault) problems.push(`${i}: a 200 stream without a terminal and without a tail (${directive})`)
+        }
+      } catch (err) {
+        ending = ac.signal.aborted ? 'aborted' : 'connection-lost'
+        if (!ac.signal.aborted && !killed && !/stall|cut|reset|malformed/.test(fault) && stream) {
+          problems.push(`${i}: connection lost without a cause (${directive}): ${(err as Error).message}`)
+        }
+      }
+      endings.set(ending, (endings.get(ending) ?? 0) + 1)
+    })())
+    await new Promise((r) => setTimeout(r, rnd(40)))
+    if (i === Math.floor(N / 2)) {
+      // Kill one worker in the middle of the wave, whatever it holds.
+      const c = await clientOnRow(rig.gw.port, 1)
+      killed = true
+      await c.request({ method: 'GET', path: '/_test/exit' }).then((r) => r.body.dump(), () => {})
+      await c.destroy().catch(() => {})
+    }
+  }
+  await Promise.all(runs)
+  t.comment(JSON.stringify(Object.fromEntries(endings)))
+  t.same(problems, [], 'every exchange ended in one honest way')
+  t.ok((endings.get('complete') ?? 0) > 10, 'plenty completed')
+  t.same(await waitIdle(rig.gw, 250), {}, 'every permit, queue slot and byte back at idle')
+  const m = await rig.gw.metrics()
+  const admitted = m.get('sluice_admissions_total')!
+  const released = m.get('sluice_releases_total')!
+  const reclaimed = m.get('sluice_permits_reclaimed_total{gate="exchange"}')!
+  t.equal(admitted, released + reclaimed, `admissions ${admitted} = releases ${released} + reclaimed ${reclaimed}`)
+  t.equal(m.get('sluice_permits_admitted_total{gate="parse"}'), m.get('sluice_permits_released_total{gate="parse"}')! + m.get('sluice_permits_reclaimed_total{gate="parse"}')!, 'parse permits too')
+  // The provider saw every stream end (no upstream left open by the gateway).
+  const deadline = Date.now() + 5000
+  while (rig.sim.stats().active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  t.equal(rig.sim.stats().active, 0, 'no upstream stream left open')
+})
