@@ -22,6 +22,8 @@ export const USAGE = `usage: sluice load model-capacity --profile <name>|all [op
   --receipts-dir DIR   where receipts go (default ops/load/receipts)
   --baselines-dir DIR  where baselines live (default ops/load/baselines)
   --no-chart           do not write the SVG chart next to the receipt
+  --quota-method M     taskset or none instead of the best the host offers (a half-vcpu run
+                       then fails: it is refused without a real CFS quota)
 `
 
 function safeNames (): string {
@@ -54,11 +56,11 @@ export function summary (r: Receipt): string {
 
 export interface LoadDirs { receipts: string; baselines: string }
 
-export async function runOne (p: Profile, smoke: boolean, dirs: LoadDirs, opts: { recordBaseline: boolean; chart: boolean; out: (s: string) => void; progress: (s: string) => void }): Promise<{ receipt: Receipt; file: string; output: RunOutput }> {
+export async function runOne (p: Profile, smoke: boolean, dirs: LoadDirs, opts: { recordBaseline: boolean; chart: boolean; out: (s: string) => void; progress: (s: string) => void; quotaMethod?: 'taskset' | 'none' }): Promise<{ receipt: Receipt; file: string; output: RunOutput }> {
   const out = opts.out
   out(`${p.name}: ${p.description}`)
   if (smoke) out('  (smoke variant: smaller limits, no CPU quota asked for — this is not a qualification)')
-  const output = await runProfile({ profile: p, smoke, progress: opts.progress })
+  const output = await runProfile({ profile: p, smoke, progress: opts.progress, quotaMethod: opts.quotaMethod })
   const r = output.receipt
   const base = readBaseline(dirs.baselines, p.name)
   if (base === null) {
@@ -116,12 +118,15 @@ export async function loadMain (argv: string[]): Promise<number> {
         'receipts-dir': { type: 'string' },
         'baselines-dir': { type: 'string' },
         'no-chart': { type: 'boolean', default: false },
+        'quota-method': { type: 'string' },
       },
     }).values
   } catch (e) {
     process.stderr.write(`sluice load: ${(e as Error).message}\n\n${USAGE}`)
     return 2
   }
+  const qm = values['quota-method']
+  if (qm !== undefined && qm !== 'taskset' && qm !== 'none') { process.stderr.write(`sluice load: --quota-method must be taskset or none\n\n${USAGE}`); return 2 }
   if (values.profile === undefined) { process.stderr.write(`sluice load: --profile is required\n\n${USAGE}`); return 2 }
   let profiles: Profile[]
   try {
@@ -149,7 +154,7 @@ export async function loadMain (argv: string[]): Promise<number> {
   }
   const verdicts: Array<[string, boolean]> = []
   for (const p of profiles) {
-    const { receipt } = await runOne(p, values.smoke, dirs, { recordBaseline: values['record-baseline'], chart: !values['no-chart'], out, progress })
+    const { receipt } = await runOne(p, values.smoke, dirs, { recordBaseline: values['record-baseline'], chart: !values['no-chart'], out, progress, quotaMethod: qm })
     verdicts.push([p.name, receipt.passed])
     out('')
   }

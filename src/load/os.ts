@@ -134,20 +134,27 @@ export function makeQuota (name: string, size: QuotaSize = { quotaUs: QUOTA_US, 
   }
 
   // taskset: pins to one CPU (a whole core, not a CFS share).
-  if (spawnSync('taskset', ['-c', '0', 'true']).status === 0) {
-    return {
-      kind: 'taskset',
-      detail: 'taskset -c 0',
-      fallbacks,
-      dir: null,
-      wrap: (cmd, args) => ['taskset', ['-c', '0', cmd, ...args]],
-      holds: (pid) => /Cpus_allowed_list:\s*0\s*$/m.test(tryRead(`/proc/${pid}/status`) ?? ''),
-      throttled: () => '',
-      remove: () => true,
-    }
+  return tasksetQuota(fallbacks) ?? noQuota('no quota', [...fallbacks, 'taskset: not available'])
+}
+
+/** `taskset -c 0` (one whole CPU), or null when taskset does not work here. */
+export function tasksetQuota (fallbacks: string[] = []): Quota | null {
+  if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return null
+  return {
+    kind: 'taskset',
+    detail: 'taskset -c 0',
+    fallbacks,
+    dir: null,
+    wrap: (cmd, args) => ['taskset', ['-c', '0', cmd, ...args]],
+    holds: (pid) => /Cpus_allowed_list:\s*0\s*$/m.test(tryRead(`/proc/${pid}/status`) ?? ''),
+    throttled: () => '',
+    remove: () => true,
   }
-  fallbacks.push('taskset: not available')
-  return { kind: 'none', detail: 'no quota', fallbacks, dir: null, wrap: (cmd, args) => [cmd, args], holds: () => false, throttled: () => '', remove: () => true }
+}
+
+/** No quota: runs the command as it is. */
+export function noQuota (detail: string, fallbacks: string[] = []): Quota {
+  return { kind: 'none', detail, fallbacks, dir: null, wrap: (cmd, args) => [cmd, args], holds: () => false, throttled: () => '', remove: () => true }
 }
 
 let clkTck = 0

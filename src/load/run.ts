@@ -23,7 +23,7 @@ import { get } from 'node:http'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { alive, makeQuota, RssSampler, type Quota } from './os.ts'
+import { alive, makeQuota, noQuota, RssSampler, tasksetQuota, type Quota } from './os.ts'
 import type { Profile } from './profile.ts'
 import { settingsOf } from './profile.ts'
 import { hashSettings, percentiles, type Hardware, type Receipt } from './receipt.ts'
@@ -225,6 +225,11 @@ export interface RunOptions {
   smoke: boolean
   /** The one progress line (called about once a second). */
   progress?: (line: string) => void
+  /**
+   * Use this method instead of the best the host offers (to check the refusal, or where a
+   * cgroup must not be touched): 'taskset' or 'none'.
+   */
+  quotaMethod?: 'taskset' | 'none'
 }
 
 function commit (): { sha: string; dirty: boolean } {
@@ -255,7 +260,11 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
   const tag = `sluice-load-${process.pid}-${randomBytes(3).toString('hex')}`
   let quota: Quota
   if (p.quota === null) {
-    quota = { kind: 'none', detail: 'no quota (not asked for)', fallbacks: [], dir: null, wrap: (c, a) => [c, a], holds: () => false, throttled: () => '', remove: () => true }
+    quota = noQuota('no quota (not asked for)')
+  } else if (opts.quotaMethod === 'none') {
+    quota = noQuota('no quota (--quota-method none)', ['cgroups and taskset not tried: --quota-method none'])
+  } else if (opts.quotaMethod === 'taskset') {
+    quota = tasksetQuota(['cgroups not tried: --quota-method taskset']) ?? noQuota('no quota', ['taskset: not available'])
   } else {
     quota = makeQuota(tag, { quotaUs: Math.round(p.quota.cpus * p.quota.periodUs), periodUs: p.quota.periodUs })
   }
@@ -281,9 +290,14 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
   let ledger: Receipt['ledger'] = { admissions: NaN, releases: NaN, refusals: {}, notIdle: {} }
   let peak = { sluice: NaN, sim: NaN }
   let quotaHeld = false
+  let ran = false
   let throttled = ''
 
   try {
+    // A run whose quota requirement already failed is not run at all: its figures would
+    // carry the profile's name without its CPU. The receipt keeps the refusal.
+    if (reasons.length > 0) throw new Refused()
+    ran = true
     // the sim
     let simUrl!: (u: string) => void
     const simUrlP = new Promise<string>((resolve) => { simUrl = resolve })
@@ -478,7 +492,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
     peak = { sluice: round1(sampler.peak(gw.pid)), sim: round1(sampler.peak(sim.pid)) }
     throttled = quota.throttled()
   } catch (e) {
-    reasons.push(`the run broke off: ${(e as Error).message}`)
+    if (!(e instanceof Refused)) reasons.push(`the run broke off: ${(e as Error).message}`)
   } finally {
     if (healthTimer !== null) clearInterval(healthTimer)
     if (progressTimer !== null) clearInterval(progressTimer)
@@ -529,7 +543,8 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
   if (unnamed.length > 0) reasons.push(`${unnamed.length} 503 refusals did not name the local capacity (code, a local error, limit ${maxA}, queueLimit ${maxQ} where given, Retry-After): ${unnamed[0].detail}`)
   const hOver = health.filter((h) => h.ok && h.ms > p.health.guardMs).length
   const hFail = health.filter((h) => !h.ok).length
-  if (health.length === 0) reasons.push('no health probe ran')
+  if (ran && health.length === 0) reasons.push('no health probe ran')
+  if (!ran && reasons.length > 0) reasons.push('the workload was not run')
   if (hFail > 0 || hOver > 0) reasons.push(`health guard: ${hFail} probes failed and ${hOver} took longer than ${p.health.guardMs} ms (max ${Math.max(...health.map((h) => h.ms)).toFixed(0)} ms)`)
 
   const outcomes: Record<string, Record<string, number>> = { total: {} }
@@ -581,5 +596,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
   }
   return { receipt, results, health }
 }
+
+class Refused extends Error {}
 
 function round1 (x: number): number { return Math.round(x * 10) / 10 }

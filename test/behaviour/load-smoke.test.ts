@@ -57,6 +57,20 @@ t.test('the smoke variant passes, writes its receipt and compares with a baselin
   t.equal(readdirSync(receipts).length, 2, 'receipts are never overwritten')
 })
 
+t.test('a half-vcpu run without a CFS quota is refused, and the failed receipt is kept', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-load-refused-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const r = await run(['model-capacity', '--profile', 'half-vcpu', '--quota-method', 'none', '--no-chart', '--receipts-dir', dir, '--baselines-dir', join(dir, 'b')])
+  t.equal(r.code, 1, r.out)
+  t.match(r.out, /no CPU quota could be applied.*this is not a half-vcpu run/)
+  const files = readdirSync(dir)
+  t.equal(files.length, 1)
+  t.match(files[0], /^half-vcpu-.*-fail\.json$/)
+  const receipt = JSON.parse(readFileSync(join(dir, files[0]), 'utf8')) as Receipt
+  t.equal(receipt.qualification, false)
+  t.equal(receipt.hardware.quotaMethod, 'none')
+})
+
 t.test('usage errors exit 2', async (t) => {
   t.equal((await run(['model-capacity'])).code, 2, 'no --profile')
   t.equal((await run(['model-capacity', '--profile', 'nope'])).code, 2, 'unknown profile')
