@@ -38,8 +38,11 @@ export interface Profile {
     burstLongMarginMs: number
   }
   health: { everyMs: number; guardMs: number }
-  /** Baseline comparison tolerances: worse by more than factor x AND more than slackMs. */
-  tolerance: { latencyFactor: number; latencySlackMs: number; rssFactor: number }
+  /**
+   * Baseline comparison tolerances: worse by more than factor x AND more than slackMs
+   * (healthSlackMs for the health maximum). Not a run setting: not hashed.
+   */
+  tolerance: { latencyFactor: number; latencySlackMs: number; rssFactor: number; healthSlackMs?: number }
   smoke?: Partial<Omit<Profile, 'smoke' | 'name'>> & { [k: string]: unknown }
 }
 
@@ -78,8 +81,8 @@ export function smokeOf (p: Profile): Profile {
   return { ...merge(rest as Profile, smoke ?? {}), name: `${p.name}-smoke` }
 }
 
-/** The settings that define a run (hashed into the receipt): everything but name and description. */
+/** The settings that define a run (hashed into the receipt): everything but name, description and the comparison tolerance. */
 export function settingsOf (p: Profile): Record<string, unknown> {
-  const { smoke: _s, description: _d, name: _n, ...rest } = p
+  const { smoke: _s, description: _d, name: _n, tolerance: _t, ...rest } = p
   return rest
 }

@@ -109,7 +109,7 @@ export function recordBaseline (dir: string, receiptPath: string, profile: strin
   return f
 }
 
-export interface Tolerance { latencyFactor: number; latencySlackMs: number; rssFactor: number }
+export interface Tolerance { latencyFactor: number; latencySlackMs: number; rssFactor: number; healthSlackMs?: number }
 
 export interface Comparison {
   settingsChanged: string[]
@@ -144,15 +144,16 @@ export function compare (base: Receipt, now: Receipt, tol: Tolerance): Compariso
   const hardwareChanged = diffKeys(base.hardware, now.hardware)
   const worse: string[] = []
   const better: string[] = []
-  const lat = (what: string, b: number, n: number) => {
+  const lat = (what: string, b: number, n: number, slack = tol.latencySlackMs) => {
     if (!(b >= 0) || !(n >= 0)) return
-    if (n > b * tol.latencyFactor && n - b > tol.latencySlackMs) worse.push(`${what} ${b} -> ${n} ms`)
-    else if (b > n * tol.latencyFactor && b - n > tol.latencySlackMs) better.push(`${what} ${b} -> ${n} ms`)
+    if (n > b * tol.latencyFactor && n - b > slack) worse.push(`${what} ${b} -> ${n} ms`)
+    else if (b > n * tol.latencyFactor && b - n > slack) better.push(`${what} ${b} -> ${n} ms`)
   }
   for (const k of ['queueWait', 'timeToFirstByte', 'total'] as const) {
     for (const q of ['p50', 'p99'] as const) lat(`${k} ${q}`, base.latencyMs[k][q], now.latencyMs[k][q])
   }
-  lat('health max', base.health.max, now.health.max)
+  // a single slow probe is noise well below the guard: its own, larger slack
+  lat('health max', base.health.max, now.health.max, tol.healthSlackMs ?? tol.latencySlackMs)
   if (now.health.overGuard > base.health.overGuard) worse.push(`health probes over the guard ${base.health.overGuard} -> ${now.health.overGuard}`)
   if (now.health.failures > base.health.failures) worse.push(`health probe failures ${base.health.failures} -> ${now.health.failures}`)
   const ob = flatten(base.outcomes.total)

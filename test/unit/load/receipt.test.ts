@@ -70,6 +70,7 @@ t.test('profiles: both exist, the smoke overlay drops the quota, settings exclud
     t.equal(s.sluice.limits.maxActiveExchanges, 4)
     t.equal(s.sluice.workers, p.sluice.workers, 'the overlay merges')
     t.notOk('name' in settingsOf(p))
+    t.notOk('tolerance' in settingsOf(p), 'the tolerance is not a run setting')
   }
   t.equal(loadProfile('half-vcpu').quota!.cpus, 0.5)
   t.same(merge({ a: { b: 1, c: 2 } }, { a: { c: 3 } }), { a: { b: 1, c: 3 } })
