@@ -234,7 +234,7 @@ export interface RunOptions {
 
 function commit (): { sha: string; dirty: boolean } {
   const sha = spawnSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).stdout?.trim() || 'unknown'
-  const st = spawnSync('git', ['-C', ROOT, 'status', '--porcelain'], { encoding: 'utf8' }).stdout ?? ''
+  const st = spawnSync('git', ['-C', ROOT, 'status', '--porcelain', '--', '.', ':!ops/load/receipts', ':!ops/load/baselines'], { encoding: 'utf8' }).stdout ?? ''
   return { sha, dirty: st.trim().length > 0 }
 }
 
