@@ -364,7 +364,7 @@ export class Gate {
     if (outcome === 'granted') { w.resolve(); return }
     if (error !== undefined) w.reject(error)
     else if (why === 'abort') w.reject(new SluiceError('client_closed', { gate: this.name }))
-    else w.reject(new SluiceError(this.codes.timeout, { gate: this.name, limit: Atomics.load(i32, base + G_MAX) }))
+    else w.reject(new SluiceError(this.codes.timeout, { gate: this.name, limit: Atomics.load(i32, base + G_MAX), queueLimit: Atomics.load(i32, base + G_QUEUE_MAX) }))
   }
 
   /**

@@ -410,7 +410,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
           let j: { code?: string; error?: string; limit?: number; queueLimit?: number } = {}
           try { j = JSON.parse(got.toString('utf8')) } catch {}
           const named = (j.code === 'capacity_exhausted' || j.code === 'capacity_timeout') && /local/i.test(String(j.error)) &&
-            j.limit === maxA && (j.queueLimit === undefined || j.queueLimit === maxQ) && res.headers['retry-after'] !== undefined
+            j.limit === maxA && j.queueLimit === maxQ && res.headers['retry-after'] !== undefined
           r.kind = named ? j.code! : 'refusal-unnamed'
           if (!named) r.detail = got.toString('utf8').slice(0, 300)
         } else {
@@ -540,7 +540,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
     if (slow.length > 0) reasons.push(`burst: ${slow.length} capacity_exhausted refusals were not immediate (> ${p.health.guardMs} ms)`)
   }
   const unnamed = by((r) => r.kind === 'refusal-unnamed')
-  if (unnamed.length > 0) reasons.push(`${unnamed.length} 503 refusals did not name the local capacity (code, a local error, limit ${maxA}, queueLimit ${maxQ} where given, Retry-After): ${unnamed[0].detail}`)
+  if (unnamed.length > 0) reasons.push(`${unnamed.length} 503 refusals did not name the local capacity (code, a local error, limit ${maxA}, queueLimit ${maxQ}, Retry-After): ${unnamed[0].detail}`)
   const hOver = health.filter((h) => h.ok && h.ms > p.health.guardMs).length
   const hFail = health.filter((h) => !h.ok).length
   if (ran && health.length === 0) reasons.push('no health probe ran')

@@ -60,6 +60,8 @@ t.test('queue: FIFO, full -> capacity_exhausted, deadline -> capacity_timeout, h
   const toBody = await timedOut.body.json() as Record<string, unknown>
   t.equal(timedOut.statusCode, 503)
   t.equal(toBody.code, 'capacity_timeout')
+  t.equal(toBody.limit, 2)
+  t.equal(toBody.queueLimit, 2, 'names the queue that was waited in')
   t.ok(Date.now() - w0 >= 1400, 'waited the whole deadline')
   t.equal((await gw.metrics()).get('sluice_exchanges_active'), 2, 'a timeout never releases active work')
 

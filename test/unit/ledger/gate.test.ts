@@ -230,7 +230,7 @@ for (const c of cases) {
     const e = err as SluiceError
     t.equal(e.code, c.timeout, 'a deadline already past still times out (after queueing)')
     t.equal(e.status, 503)
-    t.same(e.details, { gate: c.name, limit: c.max })
+    t.same(e.details, { gate: c.name, limit: c.max, queueLimit: c.queue })
     t.match(gate.snapshot(), { queued: 0, queuedTotal: 1, timeouts: 1 })
     releaseAll(gate)
     assertIdle(t, ledger)
