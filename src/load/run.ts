@@ -16,6 +16,7 @@
 // deterministic). After the run every permit, queue slot and byte reservation in /metrics
 // must be back at idle, and admissions must equal releases.
 
+import { notIdle, scrape } from './scrape.ts'
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -33,14 +34,6 @@ const BIN = join(ROOT, 'bin/sluice.ts')
 const SIM_CHILD = join(ROOT, 'src/load/sim-child.ts')
 export const FIXTURE_DIR = join(ROOT, 'test/unit/sim/fixtures')
 const NODE = process.execPath
-
-export const IDLE_GAUGES = [
-  'sluice_exchanges_active',
-  'sluice_exchanges_queued',
-  'sluice_parse_permits_in_use',
-  'sluice_parse_permits_queued',
-  'sluice_storage_bytes_reserved',
-]
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 /** A sleep that does not keep the process alive (for races against a deadline). */
@@ -170,26 +163,6 @@ function healthProbe (adminPort: number, timeoutMs: number): Promise<{ ok: boole
   })
 }
 
-export async function scrape (adminPort: number): Promise<Map<string, number>> {
-  const res = await request(`http://127.0.0.1:${adminPort}/metrics`)
-  const text = await res.body.text()
-  const out = new Map<string, number>()
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue
-    const sp = line.lastIndexOf(' ')
-    out.set(line.slice(0, sp), Number(line.slice(sp + 1)))
-  }
-  return out
-}
-
-export function notIdle (m: Map<string, number>): Record<string, number> {
-  const bad: Record<string, number> = {}
-  for (const k of IDLE_GAUGES) if (m.has(k) && m.get(k) !== 0) bad[k] = m.get(k)!
-  for (const [k, v] of m) {
-    if ((k.startsWith('sluice_worker_exchanges_held') || k.startsWith('sluice_worker_bytes_held')) && v !== 0) bad[k] = v
-  }
-  return bad
-}
 
 // ---------------------------------------------------------------------------------------
 // The run

@@ -5,7 +5,10 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Client, request } from 'undici'
+import { Client } from 'undici'
+import { notIdle, scrape } from '../../src/load/scrape.ts'
+
+export { scrape }
 
 export const ROOT = new URL('../../', import.meta.url).pathname
 export const NODE = process.execPath
@@ -72,42 +75,11 @@ export async function startGateway (config: Record<string, unknown>, opts: { env
   }
 }
 
-/** Prometheus text -> map of "name{labels}" -> value. */
-export async function scrape (adminPort: number): Promise<Map<string, number>> {
-  const res = await request(`http://127.0.0.1:${adminPort}/metrics`)
-  const text = await res.body.text()
-  const out = new Map<string, number>()
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue
-    const sp = line.lastIndexOf(' ')
-    out.set(line.slice(0, sp), Number(line.slice(sp + 1)))
-  }
-  return out
-}
-
-/** The ledger's application-owned gauges that must return to zero when idle. */
-export const IDLE_GAUGES = [
-  'sluice_exchanges_active',
-  'sluice_exchanges_queued',
-  'sluice_parse_permits_in_use',
-  'sluice_parse_permits_queued',
-  'sluice_storage_bytes_reserved',
-]
-
-export function nonIdle (m: Map<string, number>): Record<string, number> {
-  const bad: Record<string, number> = {}
-  for (const k of IDLE_GAUGES) if (m.get(k) !== 0) bad[k] = m.get(k) ?? NaN
-  for (const [k, v] of m) {
-    if ((k.startsWith('sluice_worker_exchanges_held') || k.startsWith('sluice_worker_bytes_held')) && v !== 0) bad[k] = v
-  }
-  return bad
-}
-
 /** Polls until the gateway's ledger is idle (or the attempts run out); returns what is not. */
 export async function waitIdle (gw: Gateway, attempts = 100): Promise<Record<string, number>> {
   let bad: Record<string, number> = {}
   for (let i = 0; i < attempts; i++) {
-    bad = nonIdle(await gw.metrics())
+    bad = notIdle(await gw.metrics())
     if (Object.keys(bad).length === 0) return bad
     await new Promise((r) => setTimeout(r, 20))
   }
