@@ -12,8 +12,10 @@
 // OpenAI's prompt_tokens already include cached tokens).
 
 import type { FailureRecord } from '../sse/sign.ts'
-import { asBuffer, errorFacts, isDone, isRecord, num, parseObject, parsePayload, payloadOf, str, trim, usageReaders } from './bytes.ts'
-import { namedClassifier } from './named.ts'
+import {
+  errorFacts, isRecord, num, parsePayload, str, usageReaders,
+} from './bytes.ts'
+import { namedClassifier, namedPayload } from './named.ts'
 import { tailMessage } from './tail.ts'
 import type { FrameFacts, ProtocolInspector, TailContext, Usage } from './types.ts'
 
@@ -34,12 +36,9 @@ function usageOf (u: unknown): Usage | undefined {
 }
 
 export function inspect (frame: Uint8Array): FrameFacts {
-  const { event, data } = payloadOf(asBuffer(frame))
-  if (data === null || data.length === 0) return {}
-  trim(data, 0, data.length)
-  if (isDone(data, 0, data.length)) return {}
-  const obj = parseObject(data, event)
-  const name = event ?? str(obj.type)
+  const payload = namedPayload(frame)
+  if (payload === null) return {}
+  const { obj, name } = payload
   const facts: FrameFacts = {}
   if (name !== undefined) facts.event = name
   switch (name) {

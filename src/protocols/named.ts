@@ -17,8 +17,22 @@
 // is trusted). Unknown event names are pass: new provider events flow through untouched.
 
 import { readFrame, shape, shapeOf } from '../sse/fields.ts'
-import { ascii, asBuffer, isDone, isObjectShaped, leadingType, nameIn, trimmed, typeName } from './bytes.ts'
+import { ascii, asBuffer, isDone, isObjectShaped, leadingType, nameIn, parseObject, payloadOf, str, trim, trimmed, typeName } from './bytes.ts'
 import type { FrameClass } from './types.ts'
+
+/**
+ * The start of inspect() for a named-event protocol: the frame's JSON object and its event
+ * name (the `event:` line, else the payload's `type`), or null for a frame with no payload
+ * or a `[DONE]`. Parses: run it under the parse permit.
+ */
+export function namedPayload (frame: Uint8Array): { obj: Record<string, unknown>; name: string | undefined } | null {
+  const { event, data } = payloadOf(asBuffer(frame))
+  if (data === null || data.length === 0) return null
+  trim(data, 0, data.length)
+  if (isDone(data, 0, data.length)) return null
+  const obj = parseObject(data, event)
+  return { obj, name: event ?? str(obj.type) }
+}
 
 const OPEN_BRACE = 123
 const CLOSE_BRACE = 125

@@ -12,11 +12,10 @@
 import type { FailureRecord } from '../sse/sign.ts'
 import { shape, shapeOf } from '../sse/fields.ts'
 import {
-  asBuffer, errorFacts, isDone, isRecord, leadingType, num, parseObject, parsePayload, payloadOf, readUint,
-  str, trim, typeName, usageReaders,
+  asBuffer, errorFacts, isRecord, leadingType, num, parsePayload, readUint, str, typeName, usageReaders,
 } from './bytes.ts'
 import { tailMessage } from './tail.ts'
-import { namedClassifier } from './named.ts'
+import { namedClassifier, namedPayload } from './named.ts'
 import type { FrameFacts, ProtocolInspector, TailContext, Usage } from './types.ts'
 
 export const INSPECT_EVENTS = ['response.created', 'response.completed', 'response.failed', 'response.incomplete', 'error'] as const
@@ -70,12 +69,9 @@ function readResponse (r: unknown, facts: FrameFacts): Record<string, unknown> |
 }
 
 export function inspect (frame: Uint8Array): FrameFacts {
-  const { event, data } = payloadOf(asBuffer(frame))
-  if (data === null || data.length === 0) return {}
-  trim(data, 0, data.length)
-  if (isDone(data, 0, data.length)) return {}
-  const obj = parseObject(data, event)
-  const name = event ?? str(obj.type)
+  const payload = namedPayload(frame)
+  if (payload === null) return {}
+  const { obj, name } = payload
   const facts: FrameFacts = {}
   if (name !== undefined) facts.event = name
   const seq = num(obj.sequence_number)
