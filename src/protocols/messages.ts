@@ -13,7 +13,7 @@
 
 import type { FailureRecord } from '../sse/sign.ts'
 import {
-  errorFacts, isRecord, num, parsePayload, str, usageReaders,
+  errorFacts, isRecord, num, str, usageReaders,
 } from './bytes.ts'
 import { namedClassifier, namedPayload } from './named.ts'
 import { tailMessage } from './tail.ts'

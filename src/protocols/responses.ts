@@ -12,7 +12,7 @@
 import type { FailureRecord } from '../sse/sign.ts'
 import { shape, shapeOf } from '../sse/fields.ts'
 import {
-  asBuffer, errorFacts, isRecord, leadingType, num, parsePayload, readUint, str, typeName, usageReaders,
+  asBuffer, errorFacts, isRecord, leadingType, num, readUint, str, typeName, usageReaders,
 } from './bytes.ts'
 import { tailMessage } from './tail.ts'
 import { namedClassifier, namedPayload } from './named.ts'
