@@ -16,7 +16,7 @@ import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { SluiceError, type ErrorCode } from '../src/errors.ts'
-import { StreamTracker, inspectorFor, type ProtocolInspector } from '../src/protocols/index.ts'
+import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import { buildFailureRecord, signRecord, type FailureRecord } from '../src/sse/sign.ts'
 import type { ExchangeDeps, ExchangeRecord, Route } from './exchange.ts'
@@ -87,33 +87,61 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   // Frames found in the chunk being pushed: views into it, processed right after push().
   const frames: Buffer[] = []
   const starts: number[] = []
-  let oversizeInChunk = false
   const framer = new SseFramer({
     onFrame: (frame, at) => { frames.push(frame); starts.push(at) },
-    onOversize: (bytes) => { tracker.oversize(bytes); oversizeInChunk = true },
+    onOversize: (bytes) => { tracker.oversize(bytes) },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
 
   res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': rec.exchangeId })
   let bytesOut = 0
   let framesOut = 0
   let failure: SluiceError | null = null
-  let closing = ''
+  // The unterminated frame at the end of what was pushed is held back until it ends: the
+  // client only ever receives whole frames, so it stands at a frame boundary whenever a
+  // failure tail follows. (Bytes are only delayed, never altered: an incomplete frame is of
+  // no use to an SSE client anyway.)
+  const pending: Buffer[] = []
+  let pendingBytes = 0
+  const stallMs = deps.config.limits.clientStallMs
+
+  /** Writes the first n bytes of pending + chunk, keeps the rest pending; false = backpressure. */
+  const flush = (chunk: Buffer | null, n: number): boolean => {
+    if (chunk !== null) { pending.push(chunk); pendingBytes += chunk.length }
+    let ok = true
+    let left = n
+    while (left > 0) {
+      const head = pending[0]
+      const out = head.length <= left ? head : head.subarray(0, left)
+      if (out === head) pending.shift()
+      else pending[0] = head.subarray(left)
+      left -= out.length
+      pendingBytes -= out.length
+      bytesOut += out.length
+      ok = res.write(out)
+    }
+    return ok
+  }
 
   try {
     for await (const data of up.body) {
       const chunk = data as Buffer
       frames.length = 0
       starts.length = 0
-      oversizeInChunk = false
+      const oversizeBefore = framer.oversizeFrames
       framer.push(chunk)
+      const before = pendingBytes
+      // In pending + chunk coordinates: everything up to the partial frame may go out.
+      let cut = before + chunk.length - framer.partialFrameBytes
+      let admitted = 0
       try {
-        holdings.setFloating(framer.bufferedBytes + res.writableLength)
+        holdings.setFloating(framer.bufferedBytes + before + chunk.length + res.writableLength)
       } catch (err) {
+        // No room to hold this chunk: none of it goes out, the stream ends here.
         tracker.fail(SluiceError.from(err).code, 'the stream needed more bytes than the storage budget had')
+        cut = 0
       }
-      let cut = chunk.length
-      for (let i = 0; i < frames.length; i++) {
-        const before = tracker.failure
+      for (let i = 0; i < frames.length && cut > 0; i++) {
+        const wasFailed = failureOf(tracker) !== null
         if (tracker.frame(frames[i], inspector.classify(frames[i]))) {
           await takeParse(ctx)
           try {
@@ -124,33 +152,27 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
             holdings.releaseParse()
           }
         }
-        if (before === null && tracker.failure !== null) {
-          const f = tracker.failure
-          if (!f.inBand) {
-            // Keep the bad frame from the client: cut where it starts (or drop the rest of
-            // this chunk when it began earlier, and close the partial frame).
-            if (starts[i] >= 0) cut = starts[i]
-            else { cut = 0; closing = '\n\n' }
-          }
+        const now = failureOf(tracker)
+        if (!wasFailed && now !== null) {
+          // Keep a bad frame from the client: cut where it starts (it may have begun in
+          // held-back bytes). The provider's own error event (in-band) goes out whole.
+          if (!now.inBand) cut = Math.max(0, before + starts[i])
+          else admitted++
           break
         }
-        if (tracker.failure === null) framesOut++
+        if (now === null) admitted++
       }
-      if (oversizeInChunk && tracker.failure !== null && !tracker.failure.inBand && cut === chunk.length) {
+      const failed = failureOf(tracker)
+      if (framer.oversizeFrames > oversizeBefore && failed !== null && !failed.inBand) {
+        // The oversize frame began in held-back bytes; what this chunk completed before it is
+        // not told apart from it: nothing more goes out.
         cut = 0
-        closing = '\n\n'
+        admitted = 0
       }
-      if (cut > 0) {
-        const out = cut === chunk.length ? chunk : chunk.subarray(0, cut)
-        bytesOut += out.length
-        if (!res.write(out)) await drained(res, signal, deps.config.limits.clientStallMs)
-      }
-      if (tracker.failure !== null) {
-        // The whole chunk went out (an in-band provider error, a budget refusal): it may end
-        // inside a frame, which the tail must not continue.
-        if (cut === chunk.length) closing = framer.closingBytes()
-        break
-      }
+      framesOut += admitted
+      const ok = flush(chunk, cut)
+      if (failed !== null) break
+      if (!ok) await drained(res, signal, stallMs)
     }
   } catch (err) {
     const se = transportError(err, signal)
@@ -174,14 +196,14 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       return { code: 'client_closed' }
     }
     failure = se
-    if (tracker.failure === null) closing = framer.closingBytes()
   }
   if (!up.body.destroyed) up.body.destroy()
+  // Whatever is still held back is an unfinished frame: it never reaches the client.
+  pending.length = 0
+  pendingBytes = 0
 
   let verdict
   if (tracker.failure === null && failure === null) {
-    // EOF: a stream cut inside a frame needs that frame closed before any tail.
-    closing = framer.closingBytes()
     verdict = tracker.end({ trailingBytes: framer.end()?.length ?? 0 })
   } else {
     verdict = tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
@@ -206,7 +228,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     return { code: err.code }
   }
   const record = failureRecord(err, rec, { frames: framesOut, bytes: bytesOut }, verdict.usage)
-  const tail = inspector.failureTail(record, deps.signer.sign(record), tracker.tailContext(closing))
+  const tail = inspector.failureTail(record, deps.signer.sign(record), tracker.tailContext())
   await endResponse(res, tail)
   return { code: err.code }
 }
@@ -267,6 +289,11 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   rec.evidence = up.statusCode < 300
   await endResponse(res)
   return { code: 'ok' }
+}
+
+/** A fresh read of the tracker's first fatal (a call, so no stale type narrowing). */
+function failureOf (tracker: StreamTracker): StreamFailure | null {
+  return tracker.failure
 }
 
 function usageOf (tracker: StreamTracker): Record<string, number> | null {

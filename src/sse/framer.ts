@@ -106,6 +106,12 @@ export class SseFramer {
   get discardedBytes (): number { return this.#discardedBytes }
   /** True while the stream is inside a frame (some of its bytes seen, its end not yet). */
   get midFrame (): boolean { return this.#held > 0 || this.#discarding }
+  /**
+   * Bytes of the unterminated frame the stream is inside (0 at a frame boundary, and 0 while
+   * skipping an oversize frame). They are the last bytes pushed: a relay that holds them back
+   * until the frame ends keeps its client at a frame boundary.
+   */
+  get partialFrameBytes (): number { return this.#discarding ? 0 : this.#held }
 
   /**
    * What a client that received exactly the pushed bytes needs to see next so that the

@@ -1,6 +1,6 @@
-// A provider whose stream ends cleanly but inside a frame: the partial frame is closed for
-// the client and the stream ends with a signed provider_protocol_error tail, never a
-// complete-looking stream.
+// A provider whose stream ends cleanly but inside a frame: the unfinished frame never reaches
+// the client (the relay holds an unterminated frame back until it ends), and the stream ends
+// with a signed provider_protocol_error tail right after the last whole frame.
 
 import t from 'tap'
 import { createServer, type Server } from 'node:http'
@@ -31,7 +31,7 @@ t.before(async () => {
 })
 t.teardown(async () => { await rig.close(); upstream.close() })
 
-t.test('EOF inside a frame: the frame is closed, then a signed tail', async (t) => {
+t.test('EOF inside a frame: whole frames, then a signed tail; the partial frame is never sent', async (t) => {
   const res = await request(rig.url + '/v1/chat/completions', {
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
@@ -39,9 +39,10 @@ t.test('EOF inside a frame: the frame is closed, then a signed tail', async (t) 
   })
   const text = await res.body.text()
   t.equal(res.statusCode, 200)
-  t.ok(text.startsWith(chunk(0) + chunk(1) + partial), 'the provider\'s bytes, exactly, as far as they went')
-  const rest = text.slice((chunk(0) + chunk(1) + partial).length)
-  t.match(rest, /^\n\ndata: \{"error":/, 'the partial frame is closed before the tail starts')
+  t.ok(text.startsWith(chunk(0) + chunk(1)), 'the provider\'s whole frames, exactly')
+  t.notMatch(text, /chat\.compl(?!etion)/, 'the unfinished frame never reached the client')
+  const rest = text.slice((chunk(0) + chunk(1)).length)
+  t.match(rest, /^data: \{"error":/, 'the tail starts at a frame boundary')
   const j = JSON.parse(rest.trim().slice('data: '.length)) as { error: { sluice: { record: FailureRecord; signature: string } } }
   t.equal(j.error.sluice.record.code, 'provider_protocol_error')
   t.match(j.error.sluice.record.message, /inside a frame/)
