@@ -7,7 +7,9 @@
 // client holds at most one chunk plus the socket buffers. The first fatal (malformed or
 // oversize frame, provider error event, transport failure, no terminal, budget) ends the
 // stream with a signed failure tail in the client protocol's own error event, then a clean
-// end. A malformed frame never reaches the client: the chunk is cut where that frame starts.
+// end. The client only ever receives whole frames: an unterminated frame at the end of a
+// chunk is held back until it ends, and a malformed frame is cut off where it starts; so a
+// tail always begins at a frame boundary.
 //
 // Non-streaming: the body is forwarded as it arrives, and kept (reserved, up to
 // maxOutputBytes) only to read usage at the end.
