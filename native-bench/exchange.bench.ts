@@ -47,7 +47,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
-import { alive, cpuMs, machine, makeQuota, rssMb, RssSampler, type Quota } from './exchange-os.ts'
+import { alive, cpuMs, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, type Child, type Quota } from './exchange-os.ts'
 
 const args = process.argv.slice(2)
 const QUICK = args.includes('--quick')
@@ -90,16 +90,6 @@ function within<T> (p: Promise<T>, ms: number): Promise<T | null> {
 // ---------------------------------------------------------------------------------------
 // Child processes (every one is killed on the way out, whatever happens)
 
-interface Child {
-  name: string
-  proc: ChildProcess
-  pid: number
-  /** Called per stdout line until it returns true ("done listening"); later output is only kept as a tail. */
-  onLine: ((line: string) => boolean) | null
-  tail: string
-  exited: Promise<number | null>
-  gone: boolean
-}
 
 const children: Child[] = []
 
@@ -132,46 +122,15 @@ let watchdog: Watchdog | null = null
 const quotas: Quota[] = []
 const tmp = mkdtempSync(join(tmpdir(), 'sluice-exchange-bench-'))
 
-function launch (name: string, [cmd, argv]: [string, string[]], onLine: (line: string) => boolean, env: NodeJS.ProcessEnv = process.env): Child {
-  const proc = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'pipe'], env })
-  if (proc.pid === undefined) throw new Error(`could not spawn ${name}`)
-  const child: Child = {
-    name,
-    proc,
-    pid: proc.pid,
-    onLine,
-    tail: '',
-    gone: false,
-    exited: new Promise((resolve) => proc.once('exit', (code) => { child.gone = true; resolve(code) })),
-  }
-  let buf = ''
-  proc.stdout!.setEncoding('utf8')
-  proc.stdout!.on('data', (chunk: string) => {
-    if (child.onLine === null) { child.tail = (child.tail + chunk).slice(-4000); return }
-    buf += chunk
-    let nl
-    while (child.onLine !== null && (nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl)
-      buf = buf.slice(nl + 1)
-      child.tail = (child.tail + line + '\n').slice(-4000)
-      if (child.onLine(line)) child.onLine = null
-    }
-  })
-  proc.stderr!.setEncoding('utf8')
-  proc.stderr!.on('data', (chunk: string) => { child.tail = (child.tail + chunk).slice(-4000) })
-  proc.on('error', (e) => { child.tail += String(e) })
+function launch (name: string, command: [string, string[]], onLine: (line: string) => boolean, env: NodeJS.ProcessEnv = process.env): Child {
+  const child = launchChild(name, command, onLine, { env })
   children.push(child)
   watchdog?.add(child.pid)
   return child
 }
 
-async function stop (c: Child): Promise<void> {
-  if (c.gone) return
-  c.proc.kill('SIGTERM')
-  if (await within(c.exited, 5000) === null && !c.gone) {
-    c.proc.kill('SIGKILL')
-    await within(c.exited, 2000)
-  }
+function stop (c: Child): Promise<void> {
+  return stopChild(c, 5000, 2000)
 }
 
 /** Stops every child, removes the cgroups and the temporary files (once, however we got here). */

@@ -7,7 +7,7 @@
 // `sh -c 'echo $$ > <cgroup>/cgroup.procs && exec "$@"'` (or `taskset -c 0 ...`), so the pid
 // the benchmark sees is the gateway's own and start-up runs under the quota too.
 
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
@@ -240,4 +240,71 @@ export function machine (): string {
   const model = /^model name\s*:\s*(.+)$/m.exec(info)?.[1]?.trim() ?? 'unknown CPU'
   const n = spawnSync('nproc', { encoding: 'utf8' }).stdout?.trim() || '?'
   return `nproc ${n}, ${model}`
+}
+
+// ---------------------------------------------------------------------------------------
+// Child processes (load runs and benchmarks start the simulated provider and sluice)
+
+export interface Child {
+  name: string
+  proc: ChildProcess
+  pid: number
+  /** The last 4000 characters of its output, for failure reports. */
+  tail: string
+  exited: Promise<number | null>
+  gone: boolean
+}
+
+export interface LaunchOptions {
+  env?: NodeJS.ProcessEnv
+  /** Lines for which this is false are read but not kept in the tail (e.g. per-request lines). */
+  keepInTail?: (line: string) => boolean
+}
+
+/**
+ * Spawns a child and feeds each stdout line to `onLine` until it returns true (e.g. "ready
+ * seen"); later output is only kept in the tail.
+ */
+export function launchChild (name: string, [cmd, argv]: [string, string[]], onLine: (line: string) => boolean | void, opts: LaunchOptions = {}): Child {
+  const proc = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'pipe'], env: opts.env ?? process.env })
+  if (proc.pid === undefined) throw new Error(`could not spawn ${name}`)
+  const child: Child = {
+    name,
+    proc,
+    pid: proc.pid,
+    tail: '',
+    gone: false,
+    exited: new Promise((resolve) => proc.once('exit', (code) => { child.gone = true; resolve(code) })),
+  }
+  let reading = true
+  let buf = ''
+  proc.stdout!.setEncoding('utf8')
+  proc.stdout!.on('data', (chunk: string) => {
+    if (!reading) { child.tail = (child.tail + chunk).slice(-4000); return }
+    buf += chunk
+    let nl
+    while (reading && (nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl)
+      buf = buf.slice(nl + 1)
+      if (opts.keepInTail?.(line) ?? true) child.tail = (child.tail + line + '\n').slice(-4000)
+      if (onLine(line) === true) reading = false
+    }
+  })
+  proc.stderr!.setEncoding('utf8')
+  proc.stderr!.on('data', (chunk: string) => { child.tail = (child.tail + chunk).slice(-4000) })
+  proc.stdin!.on('error', () => {})
+  proc.on('error', (e) => { child.tail += String(e) })
+  return child
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves once it exited (or `killMs` more passed). */
+export async function stopChild (c: Child, graceMs = 8000, killMs = 3000): Promise<void> {
+  if (c.gone) return
+  c.proc.stdin?.end()
+  c.proc.kill('SIGTERM')
+  const wait = (ms: number) => new Promise<boolean>((resolve) => { const t = setTimeout(() => resolve(false), ms); void c.exited.then(() => { clearTimeout(t); resolve(true) }) })
+  if (!(await wait(graceMs)) && !c.gone) {
+    c.proc.kill('SIGKILL')
+    await wait(killMs)
+  }
 }

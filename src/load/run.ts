@@ -17,14 +17,14 @@
 // must be back at idle, and admissions must equal releases.
 
 import { notIdle, scrape } from './scrape.ts'
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { get } from 'node:http'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { alive, makeQuota, noQuota, RssSampler, tasksetQuota, type Quota } from './os.ts'
+import { alive, launchChild, makeQuota, noQuota, RssSampler, stopChild, tasksetQuota, type Child, type Quota } from './os.ts'
 import type { Profile } from './profile.ts'
 import { settingsOf } from './profile.ts'
 import { hashSettings, percentiles, type Hardware, type Receipt } from './receipt.ts'
@@ -96,45 +96,9 @@ function buffered (body: Record<string, unknown>): Record<string, unknown> {
 // ---------------------------------------------------------------------------------------
 // Child processes
 
-interface Child { name: string; proc: ChildProcess; pid: number; tail: string; exited: Promise<number | null>; gone: boolean }
-
-function launch (name: string, [cmd, argv]: [string, string[]], onLine: (line: string) => void, env: NodeJS.ProcessEnv = process.env): Child {
-  const proc = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'pipe'], env })
-  if (proc.pid === undefined) throw new Error(`could not spawn ${name}`)
-  const child: Child = {
-    name,
-    proc,
-    pid: proc.pid,
-    tail: '',
-    gone: false,
-    exited: new Promise((resolve) => proc.once('exit', (code) => { child.gone = true; resolve(code) })),
-  }
-  let buf = ''
-  proc.stdout!.setEncoding('utf8')
-  proc.stdout!.on('data', (chunk: string) => {
-    buf += chunk
-    let nl
-    while ((nl = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, nl)
-      buf = buf.slice(nl + 1)
-      if (!line.startsWith('{"req"')) child.tail = (child.tail + line + '\n').slice(-4000)
-      onLine(line)
-    }
-  })
-  proc.stderr!.setEncoding('utf8')
-  proc.stderr!.on('data', (chunk: string) => { child.tail = (child.tail + chunk).slice(-4000) })
-  proc.stdin!.on('error', () => {})
-  proc.on('error', (e) => { child.tail += String(e) })
-  return child
-}
-
-async function stopChild (c: Child): Promise<void> {
-  if (c.gone) return
-  c.proc.stdin?.end()
-  c.proc.kill('SIGTERM')
-  const t = await Promise.race([c.exited.then(() => true), deadline(8000).then(() => false)])
-  if (!t && !c.gone) { c.proc.kill('SIGKILL'); await Promise.race([c.exited, deadline(3000)]) }
-}
+const launch = (name: string, command: [string, string[]], onLine: (line: string) => void, env?: NodeJS.ProcessEnv): Child =>
+  // Per-request lines of the sim child are not kept in failure reports.
+  launchChild(name, command, onLine, { env, keepInTail: (line) => !line.startsWith('{"req"') })
 
 /** Everything a run started, for the CLI's last-resort synchronous cleanup on exit. */
 export const live = { children: new Set<Child>(), quotas: new Set<Quota>() }
@@ -472,7 +436,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
     sampler?.stop()
     await Promise.all(healthPending)
     await agent.destroy().catch(() => {})
-    await Promise.all(children.map(stopChild))
+    await Promise.all(children.map((c) => stopChild(c)))
     for (let i = 0; i < 20 && !quota.remove(); i++) await sleep(100)
     if (quota.remove()) live.quotas.delete(quota)
     else reasons.push(`could not remove the cgroup ${quota.dir}`)
