@@ -47,6 +47,7 @@ export const catalogue = {
   protocol_mismatch: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the route and the model\'s provider speak different protocols' },
   not_found: { status: 404, side: 'caller', retryAfterSeconds: null, message: 'no such route' },
   client_closed: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the caller closed the connection' },
+  exchange_cancelled: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the exchange was cancelled by a cancel request' },
   client_stalled: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the caller stopped reading the response for longer than the stall limit' },
   // provider
   provider_unavailable: { status: 502, side: 'provider', retryAfterSeconds: 5, message: 'the provider could not be reached or failed' },

@@ -5,7 +5,8 @@
 //
 // One SharedArrayBuffer, two views over disjoint regions:
 //
-//   [ Int32 region:    header32 | gate32 x GATES | slots (per gate) | rows32 x ROWS ]
+//   [ Int32 region:    header32 | gate32 x GATES | slots (per gate) | rows32 x ROWS
+//                      | run table | lane block | lane entries ]
 //   [ BigInt64 region: budget64 | rows64 x ROWS ]   (8-byte aligned)
 //
 // The dimensions (permits, queue sizes, rows) are written into header32 by the primary at
@@ -16,7 +17,7 @@
 // Gates are numbered: GATE_EXCHANGE = 0, GATE_PARSE = 1.
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 1
+export const LAYOUT_VERSION = 2
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -35,7 +36,9 @@ export const H_GATE_DIMS = 5
 export const H_DRAINING = H_GATE_DIMS + 2 * GATES // 9: 1 while the gateway drains for shutdown
 /** Slots in the run table (turn pins). */
 export const H_RUN_SLOTS = H_DRAINING + 1
-export const HEADER32_FIELDS = H_RUN_SLOTS + 1
+/** Entries in the session-lane table (0 disables lanes). Added in layout version 2. */
+export const H_LANE_ENTRIES = H_RUN_SLOTS + 1
+export const HEADER32_FIELDS = H_LANE_ENTRIES + 1
 
 // ---- Int32 per gate ----
 export const G_MAX = 0          // permits
@@ -86,6 +89,42 @@ export const RUN_COUNT = 2
 export const RUN_LAST_USED = 3      // seconds since the ledger's epoch, for LRU eviction
 export const RUN_FIELDS = 4
 
+// ---- Int32 session lanes (lanes.ts): one block, then LANE entries ----
+export const LN_PENDING_MAX = 0     // pending (queued + active) per session; 0 = no cap
+export const LN_ACTIVE_MAX = 1      // active exchanges per session (1 by default)
+export const LN_ENTRIES = 2         // entries in the table
+export const LN_PENDING = 3         // = count(non-FREE entries), outside the lock
+export const LN_ACTIVE = 4          // = count(ACTIVE entries), outside the lock
+export const LN_HWM = 5             // 1 + the highest non-FREE entry index (scans stop here)
+export const LN_NEXT_TICKET = 6     // arrival order, wrap-safe like a gate's
+export const LN_TOTALS = 7          // LANE_TOTAL_FIELDS cells of (lo, hi) totals follow
+export const LT_ENTERED = 0         // exchanges counted into a lane
+export const LT_QUEUED = 2          // of those, ones that had to wait behind their session
+export const LT_REFUSED_FULL = 4    // refusals: session at its pending cap (prompt_queue_full)
+export const LT_REFUSED_ENTRIES = 6 // refusals: the whole table full (capacity_exhausted)
+export const LT_RELEASED = 8        // entries released by their owner
+export const LT_CANCELS = 10        // queued entries withdrawn by their AbortSignal
+export const LT_CANCEL_AFTER_PROMOTE = 12 // aborts that lost the race to a promotion
+export const LT_RECLAIMED = 14      // entries freed from dead rows
+export const LT_CANCEL_REQUESTS = 16 // entries flagged by a cancel request (E_CANCEL)
+export const LANE_TOTAL_FIELDS = 18
+export const LANE32_FIELDS = LN_TOTALS + LANE_TOTAL_FIELDS
+
+/** One lane entry: one exchange counted against its session. */
+export const E_STATE = 0            // LANE_FREE | LANE_QUEUED | LANE_ACTIVE (waitAsync address)
+export const E_OWNER = 1            // row of the thread running the exchange
+export const E_TICKET = 2
+export const E_SESSION_A = 3        // (A, B) = 64 bits of SHA-256("<key name>\0<session id>")
+export const E_SESSION_B = 4
+export const E_EXCHANGE_A = 5       // (A, B) = 64 bits of the exchange id (for cancel requests)
+export const E_EXCHANGE_B = 6
+export const E_CANCEL = 7           // 0, or 1 once a cancel was requested (waitAsync address)
+export const ENTRY_FIELDS = 8
+
+export const LANE_FREE = 0
+export const LANE_QUEUED = 1
+export const LANE_ACTIVE = 2
+
 // ---- rows: one per participating thread (row 0 = the primary) ----
 export const R_STATE = 0            // ROW_UNUSED | ROW_ALIVE | ROW_DEAD
 export const R_GENERATION = 1       // bumped each time the row is (re)assigned
@@ -116,6 +155,8 @@ export interface LedgerDims {
   readonly rows: number
   /** Run-table slots (turn pins); 0 disables the table. */
   readonly runs: number
+  /** Session-lane entries; 0 disables lanes. */
+  readonly lanes: number
 }
 
 export interface Layout {
@@ -132,6 +173,8 @@ export interface Layout {
   readonly budget64: number
   /** Int32 index of the run table. */
   readonly runs32: number
+  /** Int32 index of the session-lane block; its entries follow it. */
+  readonly lanes32: number
   /** Int32 index of row r's block. */
   row32 (r: number): number
   /** BigInt64 index of row r's block. */
@@ -154,7 +197,10 @@ export function computeLayout (dims: LedgerDims): Layout {
   const runs32 = rowBase32 + dims.rows * ROW32_FIELDS
   const runs = dims.runs ?? 0
   if (!Number.isInteger(runs) || runs < 0) throw new RangeError('run slots must be a non-negative integer')
-  const i32Length = runs32 + runs * RUN_FIELDS
+  const lanes = dims.lanes ?? 0
+  if (!Number.isInteger(lanes) || lanes < 0) throw new RangeError('lane entries must be a non-negative integer')
+  const lanes32 = runs32 + runs * RUN_FIELDS
+  const i32Length = lanes32 + LANE32_FIELDS + lanes * ENTRY_FIELDS
   const i64ByteOffset = 8 * Math.ceil((i32Length * 4) / 8)
   const budget64 = 0
   const rowBase64 = budget64 + BUDGET64_FIELDS
@@ -169,6 +215,7 @@ export function computeLayout (dims: LedgerDims): Layout {
     slot32,
     budget64,
     runs32,
+    lanes32,
     row32: (r) => rowBase32 + r * ROW32_FIELDS,
     row64: (r) => rowBase64 + r * ROW64_FIELDS,
   }
@@ -180,5 +227,5 @@ export function dimsOf (sab: SharedArrayBuffer): LedgerDims {
   if (h[H_MAGIC] !== MAGIC || h[H_VERSION] !== LAYOUT_VERSION) throw new Error('not a sluice ledger buffer (or another layout version)')
   const gates: GateDims[] = []
   for (let g = 0; g < GATES; g++) gates.push({ maxPermits: h[H_GATE_DIMS + 2 * g], maxQueued: h[H_GATE_DIMS + 2 * g + 1] })
-  return { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS] }
+  return { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS], lanes: h[H_LANE_ENTRIES] }
 }

@@ -1,4 +1,5 @@
-// The ledger: the exchange gate, the parse gate, the byte budget and the per-thread rows,
+// The ledger: the exchange gate, the parse gate, the byte budget, the run table, the session
+// lanes and the per-thread rows,
 // over one SharedArrayBuffer. The primary creates it (`createLedger`) and keeps row 0; each
 // HTTP worker attaches with its own row (`attachLedger`). No I/O here.
 //
@@ -26,7 +27,7 @@ import { LedgerCore } from './core.ts'
 import { Gate, initGate, reclaimGateLocked, type GateSnapshot } from './gate.ts'
 import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
-  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
+  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
   ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS,
   computeLayout,
@@ -34,6 +35,7 @@ import {
 import { errorCodes, type ErrorCode } from '../errors.ts'
 import { readTotal } from './gate.ts'
 import { RunTable } from './runs.ts'
+import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot } from './lanes.ts'
 
 if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
 const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
@@ -48,6 +50,12 @@ export interface LedgerOptions {
   storageBytes: number
   /** Run-table slots for turn pins (default 4096). */
   runSlots?: number
+  /** Session-lane entries (default 1024; 0 disables lanes). */
+  laneEntries?: number
+  /** Pending exchanges per session, active + queued (default 5; 0 = no cap). */
+  pendingPerSession?: number
+  /** Active exchanges per session (default 1). */
+  activePerSession?: number
   /** Rows besides the primary's: one per HTTP worker (plus any test threads). */
   threads: number
 }
@@ -70,13 +78,14 @@ export interface LedgerSnapshot {
   exchange: GateSnapshot
   parse: GateSnapshot
   storage: BudgetSnapshot
+  lanes: LaneSnapshot
   rows: RowSnapshot[]
   repairs: number
   rowReclaims: number
   draining: boolean
 }
 
-export interface Reclaimed { exchange: number; parse: number; bytes: number; lockStolen: boolean }
+export interface Reclaimed { exchange: number; parse: number; bytes: number; lanes: number; lockStolen: boolean }
 
 /** Wait defaults travel with the buffer so every thread applies the same ones. */
 export interface LedgerHandleInit { sab: SharedArrayBuffer; queueWaitMs: number; parseWaitMs: number }
@@ -87,6 +96,7 @@ export class Ledger {
   readonly parse: Gate
   readonly storage: ByteBudget
   readonly runs: RunTable
+  readonly lanes: Lanes
   readonly init: LedgerHandleInit
 
   constructor (init: LedgerHandleInit, row: number) {
@@ -96,6 +106,7 @@ export class Ledger {
     this.parse = new Gate(this.core, GATE_PARSE, 'parse', { full: 'parse_capacity_exhausted', timeout: 'parse_capacity_timeout' }, init.parseWaitMs)
     this.storage = new ByteBudget(this.core)
     this.runs = new RunTable(this.core)
+    this.lanes = new Lanes(this.core)
   }
 
   get row (): number { return this.core.row }
@@ -184,18 +195,21 @@ export class Ledger {
     const lockStolen = got === 'stolen'
     if (generation !== undefined && Atomics.load(core.i32, core.layout.row32(row) + R_GENERATION) !== generation) {
       core.unlock()
-      return { exchange: 0, parse: 0, bytes: 0, lockStolen }
+      return { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen }
     }
     const notify: number[] = []
     let exchange = 0
     let parse = 0
     let bytes = 0
+    let lanes = 0
     try {
       const ex = reclaimGateLocked(core, GATE_EXCHANGE, row)
       const pa = reclaimGateLocked(core, GATE_PARSE, row)
       exchange = ex.reclaimed
       parse = pa.reclaimed
-      notify.push(...ex.granted, ...pa.granted)
+      const ln = reclaimLanesLocked(core, row)
+      lanes = ln.reclaimed
+      notify.push(...ex.granted, ...pa.granted, ...ln.notify)
       bytes = reclaimBytesLocked(core, row, lockStolen)
       const at = core.layout.row32(row)
       if (Atomics.exchange(core.i32, at + R_STATE, ROW_DEAD) === ROW_ALIVE) Atomics.add(core.i64, core.layout.budget64 + B_ROW_RECLAIMS, 1n)
@@ -204,7 +218,7 @@ export class Ledger {
       core.unlock()
     }
     for (const idx of notify) Atomics.notify(core.i32, idx)
-    return { exchange, parse, bytes, lockStolen }
+    return { exchange, parse, bytes, lanes, lockStolen }
   }
 
   snapshot (): LedgerSnapshot {
@@ -232,6 +246,7 @@ export class Ledger {
       exchange: this.exchange.snapshot(),
       parse: this.parse.snapshot(),
       storage: this.storage.snapshot(),
+      lanes: this.lanes.snapshot(),
       rows,
       repairs: Number(Atomics.load(i64, layout.budget64 + B_REPAIRS)),
       rowReclaims: Number(Atomics.load(i64, layout.budget64 + B_ROW_RECLAIMS)),
@@ -249,6 +264,7 @@ export function createLedger (opts: LedgerOptions): Ledger {
   const dims = {
     rows: 1 + opts.threads,
     runs: opts.runSlots ?? 4096,
+    lanes: opts.laneEntries ?? 1024,
     gates: [
       { maxPermits: opts.maxActive, maxQueued: opts.maxQueued },
       { maxPermits: opts.parsePermits, maxQueued: opts.parseQueue },
@@ -262,6 +278,8 @@ export function createLedger (opts: LedgerOptions): Ledger {
   i32[H_VERSION] = LAYOUT_VERSION
   i32[H_ROWS] = dims.rows
   i32[H_RUN_SLOTS] = dims.runs
+  i32[H_LANE_ENTRIES] = dims.lanes
+  initLanes(i32, layout.lanes32, dims.lanes, opts.pendingPerSession ?? 5, opts.activePerSession ?? 1)
   for (let g = 0; g < GATES; g++) {
     i32[H_GATE_DIMS + 2 * g] = dims.gates[g].maxPermits
     i32[H_GATE_DIMS + 2 * g + 1] = dims.gates[g].maxQueued

@@ -47,7 +47,7 @@ for (const death of ['oom', 'exit'] as const) {
     await killer.request({ method: 'GET', path: `/_test/${death}` }).then((res) => res.body.dump(), () => {})
     await until(() => gw.logs.some((l) => l.includes('"worker exited"') && l.includes('"worker":1')), 'worker 1 exit', 20_000)
     const exitLine = JSON.parse(gw.logs.find((l) => l.includes('"worker exited"') && l.includes('"worker":1'))!)
-    t.same(exitLine.reclaimed, { exchange: 2, parse: 0, bytes: 3_000_000, lockStolen: false }, 'exactly what the dead worker held')
+    t.same(exitLine.reclaimed, { exchange: 2, parse: 0, bytes: 3_000_000, lanes: 0, lockStolen: false }, 'exactly what the dead worker held')
     if (death === 'oom') t.equal(exitLine.error, 'ERR_WORKER_OUT_OF_MEMORY', 'died of its heap limit, cleanly')
 
     m = await gw.metrics()

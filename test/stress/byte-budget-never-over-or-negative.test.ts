@@ -49,7 +49,7 @@ if (isMainThread) {
     for (const end of ends) {
       t.equal(end.code, 0)
       t.same(end.violations, [])
-      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
       const c = end.result as Counts
       for (const k of ['reserved', 'exhausted', 'tooLarge', 'pieces', 'overReleaseRefused', 'zero'] as const) total[k] += c[k]
       total.errors.push(...c.errors)

@@ -46,7 +46,7 @@ if (isMainThread) {
     for (const end of await Promise.all(lives.map((l) => l.end))) {
       t.equal(end.code, 0)
       t.same(end.violations, [])
-      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'nothing left behind by a finished thread')
+      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'nothing left behind by a finished thread')
       addCounts(total, end.result as HammerCounts)
     }
     const s = ledger.snapshot()

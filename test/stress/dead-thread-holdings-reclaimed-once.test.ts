@@ -81,8 +81,8 @@ if (isMainThread) {
     t.equal(oomEnd.error, 'ERR_WORKER_OUT_OF_MEMORY', 'killed by its heap limit')
     t.equal(oomEnd.code, 1)
     t.same(oomEnd.tally, { exchange: 1, parse: 1, bytes: OOM_BYTES }, 'what it believed it held')
-    t.same(oomEnd.reclaimed, { exchange: 1, parse: 1, bytes: OOM_BYTES, lockStolen: false }, 'exactly that was reclaimed')
-    t.same(oomEnd.again, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'a second reclaim finds nothing')
+    t.same(oomEnd.reclaimed, { exchange: 1, parse: 1, bytes: OOM_BYTES, lanes: 0, lockStolen: false }, 'exactly that was reclaimed')
+    t.same(oomEnd.again, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'a second reclaim finds nothing')
     t.equal(ledger.snapshot().rows[OOM_ROW].state, 'dead')
 
     // 2. Deaths by terminate() at random moments, one at a time, each row taken over again.
@@ -102,7 +102,7 @@ if (isMainThread) {
       t.ok(r.exchange >= tally.exchange && r.exchange <= tally.exchange + load.flows, `row ${row}: exchange reclaimed ${r.exchange} within [${tally.exchange}, +${load.flows}]`)
       t.ok(r.parse >= tally.parse && r.parse <= tally.parse + load.flows, `row ${row}: parse reclaimed ${r.parse} within [${tally.parse}, +${load.flows}]`)
       t.ok(r.bytes >= tally.bytes && r.bytes <= tally.bytes + load.flows * load.maxBytes, `row ${row}: bytes reclaimed ${r.bytes} within [${tally.bytes}, +${load.flows * load.maxBytes}]`)
-      t.same(end.again, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, `row ${row}: second reclaim finds nothing`)
+      t.same(end.again, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, `row ${row}: second reclaim finds nothing`)
       const snap = ledger.snapshot()
       t.match(snap.rows[row], { state: 'dead', exchangeHeld: 0, parseHeld: 0, bytes: 0 })
       const generation = snap.rows[row].generation
@@ -127,7 +127,7 @@ if (isMainThread) {
       const end = await l.end
       t.equal(end.code, 0)
       t.same(end.violations, [])
-      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, `row ${l.row}: a clean exit leaves nothing`)
+      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, `row ${l.row}: a clean exit leaves nothing`)
       t.same((end.result as { errors: string[] }).errors, [])
     }
 

@@ -52,7 +52,7 @@ if (isMainThread) {
       t.equal(end.code, 0, 'thread ended normally')
       t.equal(end.error, null)
       t.same(end.violations, [], 'the thread saw no violation')
-      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'a thread that finished holds nothing')
+      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'a thread that finished holds nothing')
       addCounts(total, end.result as HammerCounts)
     }
     t.comment(`threads' tally: ${JSON.stringify(total)}`)

@@ -96,7 +96,7 @@ if (isMainThread) {
     for (const end of await Promise.all(lives.map((l) => l.end))) {
       t.equal(end.code, 0)
       t.same(end.violations, [])
-      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+      t.same(end.reclaimed, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
     }
     t.equal(obs.violations, 0)
     assertIdle(t, ledger)

@@ -371,8 +371,8 @@ if (import.meta.main && isMainThread) {
     const end = await life.end
     t.equal(end.code, 0)
     t.same(end.tally, { exchange: 1, parse: 0, bytes: 30 })
-    t.same(end.reclaimed, { exchange: 1, parse: 0, bytes: 30, lockStolen: false })
-    t.same(end.again, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+    t.same(end.reclaimed, { exchange: 1, parse: 0, bytes: 30, lanes: 0, lockStolen: false })
+    t.same(end.again, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
     t.same(end.result, 'left holding')
     t.equal(obs.believed(0), 0, 'the dead row\'s tally is forgotten')
     t.equal(ledger.snapshot().exchange.active, 0)

@@ -8,7 +8,7 @@
 
 import { isMainThread } from 'node:worker_threads'
 import { attachLedger, createLedger, type Ledger, type LedgerOptions } from '../../../src/ledger/ledger.ts'
-import { FREE, GATES, H_LOCK, S_STATE, SLOT_FIELDS } from '../../../src/ledger/layout.ts'
+import { E_STATE, ENTRY_FIELDS, FREE, GATES, H_LOCK, LANE32_FIELDS, LANE_FREE, LN_HWM, S_STATE, SLOT_FIELDS } from '../../../src/ledger/layout.ts'
 
 export const unitOptions: LedgerOptions = {
   maxActive: 2,
@@ -66,6 +66,19 @@ export function idleProblems (ledger: Ledger, opts: IdleOptions = {}): string[] 
     if (r.parseHeld !== 0) problems.push(`row ${r.row} parseHeld = ${r.parseHeld}`)
     if (r.bytes !== 0) problems.push(`row ${r.row} bytes = ${r.bytes}`)
   }
+  const ln = s.lanes
+  if (ln.pending !== 0) problems.push(`lanes.pending = ${ln.pending}`)
+  if (ln.active !== 0) problems.push(`lanes.active = ${ln.active}`)
+  if (opts.exactTotals !== false && ln.entered !== ln.released + ln.cancels + ln.cancelsAfterPromote + ln.reclaimed) {
+    problems.push(`lanes: entered ${ln.entered} != released ${ln.released} + cancels ${ln.cancels} + cancelsAfterPromote ${ln.cancelsAfterPromote} + reclaimed ${ln.reclaimed}`)
+  }
+  const { i32, layout } = ledger.core
+  const busyEntries: number[] = []
+  for (let e = 0; e < layout.dims.lanes; e++) {
+    if (Atomics.load(i32, layout.lanes32 + LANE32_FIELDS + e * ENTRY_FIELDS + E_STATE) !== LANE_FREE) busyEntries.push(e)
+  }
+  if (busyEntries.length > 0) problems.push(`lane entries not FREE: ${JSON.stringify(busyEntries)}`)
+  if (Atomics.load(i32, layout.lanes32 + LN_HWM) !== 0) problems.push(`lanes.hwm = ${Atomics.load(i32, layout.lanes32 + LN_HWM)}`)
   const lock = Atomics.load(ledger.core.i32, H_LOCK)
   if (lock !== 0) problems.push(`lock held by token ${lock}`)
   return problems
@@ -166,6 +179,17 @@ if (isMainThread && import.meta.main) {
     t.same(idleProblems(c), ['lock held by token 1'])
     c.core.unlock()
     t.same(idleProblems(c), [])
+
+    const d = makeLedger()
+    const r = d.lanes.enter([1, 2], [3, 4])
+    t.ok(r.ok)
+    t.same(idleProblems(d), [
+      'lanes.pending = 1', 'lanes.active = 1',
+      'lanes: entered 1 != released 0 + cancels 0 + cancelsAfterPromote 0 + reclaimed 0',
+      'lane entries not FREE: [0]', 'lanes.hwm = 1',
+    ])
+    if (r.ok) d.lanes.release(r.entry)
+    t.same(idleProblems(d), [])
   })
 
   t.test('assertIdle fails on a busy ledger', async (t) => {

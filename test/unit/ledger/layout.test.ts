@@ -2,16 +2,16 @@ import t from 'tap'
 import { attachLedger, createLedger } from '../../../src/ledger/ledger.ts'
 import {
   BUDGET64_FIELDS, G_TOTALS, GATE32_FIELDS, GATE_TOTAL_FIELDS, GATES, HEADER32_FIELDS, ROW32_FIELDS, ROW64_FIELDS,
-  RUN_FIELDS, SLOT_FIELDS, computeLayout, dimsOf, type LedgerDims,
+  ENTRY_FIELDS, LANE32_FIELDS, RUN_FIELDS, SLOT_FIELDS, computeLayout, dimsOf, type LedgerDims,
 } from '../../../src/ledger/layout.ts'
 import * as layoutModule from '../../../src/ledger/layout.ts'
 import { assertIdle } from './helpers.ts'
 
 const shapes: LedgerDims[] = [
-  { rows: 1, runs: 0, gates: [{ maxPermits: 1, maxQueued: 0 }, { maxPermits: 1, maxQueued: 0 }] },
-  { rows: 5, runs: 4096, gates: [{ maxPermits: 32, maxQueued: 128 }, { maxPermits: 1, maxQueued: 64 }] },
-  { rows: 2, runs: 3, gates: [{ maxPermits: 3, maxQueued: 1 }, { maxPermits: 7, maxQueued: 2 }] },
-  { rows: 64, runs: 1, gates: [{ maxPermits: 1000, maxQueued: 5000 }, { maxPermits: 4, maxQueued: 0 }] },
+  { rows: 1, runs: 0, lanes: 0, gates: [{ maxPermits: 1, maxQueued: 0 }, { maxPermits: 1, maxQueued: 0 }] },
+  { rows: 5, runs: 4096, lanes: 1024, gates: [{ maxPermits: 32, maxQueued: 128 }, { maxPermits: 1, maxQueued: 64 }] },
+  { rows: 2, runs: 3, lanes: 7, gates: [{ maxPermits: 3, maxQueued: 1 }, { maxPermits: 7, maxQueued: 2 }] },
+  { rows: 64, runs: 1, lanes: 1, gates: [{ maxPermits: 1000, maxQueued: 5000 }, { maxPermits: 4, maxQueued: 0 }] },
 ]
 
 t.test('dims round-trip through the buffer, for every shape', async (t) => {
@@ -25,6 +25,7 @@ t.test('dims round-trip through the buffer, for every shape', async (t) => {
       parseWaitMs: 100,
       storageBytes: 0,
       runSlots: dims.runs,
+      laneEntries: dims.lanes,
       threads: dims.rows - 1,
     })
     t.same(dimsOf(ledger.init.sab), dims, `dims ${JSON.stringify(dims)}`)
@@ -45,7 +46,7 @@ t.test('buffer size is the sum of its named regions', async (t) => {
   for (const dims of shapes) {
     const l = computeLayout(dims)
     const slots = dims.gates.reduce((n, g) => n + (g.maxPermits + g.maxQueued) * SLOT_FIELDS, 0)
-    const i32Length = HEADER32_FIELDS + GATES * GATE32_FIELDS + slots + dims.rows * ROW32_FIELDS + dims.runs * RUN_FIELDS
+    const i32Length = HEADER32_FIELDS + GATES * GATE32_FIELDS + slots + dims.rows * ROW32_FIELDS + dims.runs * RUN_FIELDS + LANE32_FIELDS + dims.lanes * ENTRY_FIELDS
     t.equal(l.i32Length, i32Length, 'Int32 cells')
     t.equal(l.i64ByteOffset % 8, 0, 'BigInt64 region is 8-byte aligned')
     t.ok(l.i64ByteOffset >= i32Length * 4 && l.i64ByteOffset < i32Length * 4 + 8, 'BigInt64 region follows the Int32 region with at most alignment padding')
@@ -80,6 +81,10 @@ t.test('every named cell has its own index (regions are disjoint and in bounds)'
   for (let s = 0; s < dims.runs; s++) {
     for (let f = 0; f < RUN_FIELDS; f++) claim(owners32, l.runs32 + s * RUN_FIELDS + f, `run ${s} field ${f}`, l.i32Length)
   }
+  for (let f = 0; f < LANE32_FIELDS; f++) claim(owners32, l.lanes32 + f, `lane block field ${f}`, l.i32Length)
+  for (let e = 0; e < dims.lanes; e++) {
+    for (let f = 0; f < ENTRY_FIELDS; f++) claim(owners32, l.lanes32 + LANE32_FIELDS + e * ENTRY_FIELDS + f, `lane entry ${e} field ${f}`, l.i32Length)
+  }
   t.equal(owners32.size, l.i32Length, 'every Int32 cell is named exactly once')
   const owners64 = new Map<number, string>()
   for (let f = 0; f < BUDGET64_FIELDS; f++) claim(owners64, l.budget64 + f, `budget ${f}`, l.i64Length)
@@ -99,14 +104,19 @@ t.test('the gate dims table has one entry per gate', async (t) => {
 
 t.test('invalid dims are refused', async (t) => {
   const ok = { maxPermits: 1, maxQueued: 0 }
-  t.throws(() => computeLayout({ rows: 1, runs: 0, gates: [ok] }), RangeError, 'one gate')
-  t.throws(() => computeLayout({ rows: 0, runs: 0, gates: [ok, ok] }), RangeError, 'no rows')
-  t.throws(() => computeLayout({ rows: 1.5, runs: 0, gates: [ok, ok] }), RangeError, 'fractional rows')
-  t.throws(() => computeLayout({ rows: 1, runs: 0, gates: [{ maxPermits: 0, maxQueued: 0 }, ok] }), RangeError, 'no permits')
-  t.throws(() => computeLayout({ rows: 1, runs: 0, gates: [{ maxPermits: 1, maxQueued: -1 }, ok] }), RangeError, 'negative queue')
-  t.throws(() => computeLayout({ rows: 1, runs: 0, gates: [ok, { maxPermits: Number.NaN, maxQueued: 0 }] }), RangeError, 'NaN permits')
-  t.throws(() => computeLayout({ rows: 1, runs: 0, gates: [ok, { maxPermits: 1, maxQueued: 0.5 }] }), RangeError, 'fractional queue')
-  t.throws(() => computeLayout({ rows: 1, runs: -1, gates: [ok, ok] }), RangeError, 'negative run slots')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0, gates: [ok] }), RangeError, 'one gate')
+  t.throws(() => computeLayout({ rows: 0, runs: 0, lanes: 0, gates: [ok, ok] }), RangeError, 'no rows')
+  t.throws(() => computeLayout({ rows: 1.5, runs: 0, lanes: 0, gates: [ok, ok] }), RangeError, 'fractional rows')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0, gates: [{ maxPermits: 0, maxQueued: 0 }, ok] }), RangeError, 'no permits')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0, gates: [{ maxPermits: 1, maxQueued: -1 }, ok] }), RangeError, 'negative queue')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0, gates: [ok, { maxPermits: Number.NaN, maxQueued: 0 }] }), RangeError, 'NaN permits')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0, gates: [ok, { maxPermits: 1, maxQueued: 0.5 }] }), RangeError, 'fractional queue')
+  t.throws(() => computeLayout({ rows: 1, runs: -1, lanes: 0, gates: [ok, ok] }), RangeError, 'negative run slots')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: -1, gates: [ok, ok] }), RangeError, 'negative lane entries')
+  t.throws(() => computeLayout({ rows: 1, runs: 0, lanes: 0.5, gates: [ok, ok] }), RangeError, 'fractional lane entries')
+  t.throws(() => createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1, parsePermits: 1, parseQueue: 0, parseWaitMs: 1, storageBytes: 0, threads: 0, pendingPerSession: -1 }), RangeError, 'negative pending cap')
+  t.throws(() => createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1, parsePermits: 1, parseQueue: 0, parseWaitMs: 1, storageBytes: 0, threads: 0, pendingPerSession: Number.NaN }), RangeError, 'NaN pending cap')
+  t.throws(() => createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1, parsePermits: 1, parseQueue: 0, parseWaitMs: 1, storageBytes: 0, threads: 0, pendingPerSession: 2.5 }), RangeError, 'fractional pending cap')
   t.throws(() => createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1, parsePermits: 1, parseQueue: 0, parseWaitMs: 1, storageBytes: -1, threads: 0 }), RangeError, 'negative storage')
   t.throws(() => createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1, parsePermits: 1, parseQueue: 0, parseWaitMs: 1, storageBytes: 0.5, threads: 0 }), RangeError, 'fractional storage')
 })

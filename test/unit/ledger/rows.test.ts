@@ -34,7 +34,7 @@ t.test('reclaimRow returns exactly what a dead row held, once; a second reclaim 
   w.storage.reserve(123)
   t.ok(primary.exchange.tryAcquire(), 'a live row\'s holdings are not touched')
   primary.storage.reserve(10)
-  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 123, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 123, lanes: 0, lockStolen: false })
   const s = primary.snapshot()
   t.match(s.rows[1], { state: 'dead', exchangeHeld: 0, parseHeld: 0, bytes: 0 })
   t.match(s.exchange, { active: 1, reclaimed: 2, admitted: 3, released: 0 })
@@ -43,7 +43,7 @@ t.test('reclaimRow returns exactly what a dead row held, once; a second reclaim 
   t.equal(s.rowReclaims, 1)
   t.equal(s.repairs, 0)
   t.match(s.rows[0], { exchangeHeld: 1, bytes: 10 })
-  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'second reclaim finds nothing')
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'second reclaim finds nothing')
   t.same(primary.snapshot(), s, 'and changes nothing')
   primary.exchange.release()
   primary.storage.release(10)
@@ -67,7 +67,7 @@ t.test('permits freed by a reclaim are handed to waiters in FIFO (ticket) order'
   s.add('x4', primary.exchange.acquire()) // slot 3
   s.add('p0', primary.parse.acquire())
   s.add('p1', primary.parse.acquire())
-  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 2, parse: 1, bytes: 0, lanes: 0, lockStolen: false })
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 4), [WAITING, GRANTED, GRANTED, WAITING], 'the two oldest (x1, x2) got the permits, not x3 in slot 0')
   t.same(slotStates(primary, GATE_PARSE).slice(0, 2), [GRANTED, WAITING])
   t.match(primary.snapshot().exchange, { active: 2, queued: 2, admitted: 4, reclaimed: 2 })
@@ -95,7 +95,7 @@ t.test('a dead row\'s WAITING slots are freed and it is skipped; the live waiter
   const z = outcome(dead.exchange.acquire({ signal: zombie.signal }))
   const live = outcome(primary.exchange.acquire())
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [WAITING, WAITING])
-  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'a waiter slot is not a permit')
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'a waiter slot is not a permit')
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [FREE, WAITING], 'the dead row\'s slot is freed')
   t.match(primary.snapshot().exchange, { active: 1, queued: 1, reclaimed: 0 })
   zombie.abort() // the dead thread's JS would be gone; settle it here
@@ -118,7 +118,7 @@ t.test('a permit granted to a dead row but never claimed is reclaimed and passed
   const live = outcome(primary.exchange.acquire())
   holder.exchange.release() // hands the permit to the dead row's slot: GRANTED, unclaimed
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [GRANTED, WAITING])
-  t.same(primary.tryReclaimRow(1)!, { exchange: 1, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 1, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
   t.same(slotStates(primary, GATE_EXCHANGE).slice(0, 2), [FREE, GRANTED], 'passed on to the next waiter')
   zombie.abort()
   t.equal(await z, 'client_closed')
@@ -126,7 +126,7 @@ t.test('a permit granted to a dead row but never claimed is reclaimed and passed
   t.equal(dead.exchange.heldByMe, 0, 'nothing landed in the dead row')
   t.match(primary.snapshot().exchange, { admitted: 3, released: 1, reclaimed: 1, cancelsAfterGrant: 0 })
   primary.exchange.release()
-  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
   primary.tryReclaimRow(2)!
   assertIdle(t, primary)
 })
@@ -166,7 +166,7 @@ t.test('a lock held by a dead row is stolen and every derived counter rebuilt fr
   i32[layout.gate32[GATE_PARSE] + G_ACTIVE] = 0
   i64[layout.budget64 + B_RESERVED] += 7n // B_RESERVED bumped, row cell not yet
   const r = primary.tryReclaimRow(2)!
-  t.same(r, { exchange: 1, parse: 0, bytes: 40, lockStolen: true })
+  t.same(r, { exchange: 1, parse: 0, bytes: 40, lanes: 0, lockStolen: true })
   t.equal(Atomics.load(i32, H_LOCK), 0, 'the lock is free again')
   const s = primary.snapshot()
   t.match(s.exchange, { active: 1, queued: 0, reclaimed: 1 }, 'G1/G2 rebuilt; the freed permit went to the waiter (G3)')
@@ -177,7 +177,7 @@ t.test('a lock held by a dead row is stolen and every derived counter rebuilt fr
   primary.exchange.release()
   other.parse.release()
   other.storage.release(60)
-  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
   t.equal(primary.snapshot().repairs, 1, 'counted once')
   primary.tryReclaimRow(1)!
   assertIdle(t, primary)
@@ -187,7 +187,7 @@ t.test('a stolen lock is repaired even when the dead row held nothing', async (t
   const primary = makeLedger()
   rowHandle(primary, 3)
   Atomics.store(primary.core.i32, H_LOCK, 4)
-  t.same(primary.tryReclaimRow(3)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: true })
+  t.same(primary.tryReclaimRow(3)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: true })
   t.equal(primary.snapshot().repairs, 1)
   t.equal(primary.snapshot().rowReclaims, 1)
   t.ok(primary.exchange.tryAcquire(), 'the ledger is usable again')
@@ -231,7 +231,7 @@ t.test('a waiter granted by a thread that died before its notify is woken by the
   waker.core.unlock()
   await new Promise((r) => setTimeout(r, 50))
   t.notOk(granted, 'without a notify the waiter still sleeps on its granted slot')
-  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(2)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
   const woke = await Promise.race([p.then(() => 'woken'), new Promise((r) => setTimeout(() => r('still asleep'), 2000))])
   t.equal(woke, 'woken', 'the reclaim woke it long before its 10 s deadline')
   t.equal(Atomics.load(i32, base + G_ACTIVE), 1)
@@ -245,10 +245,10 @@ t.test('a late reclaim of an earlier life leaves the restarted row alone', async
   const first = rowHandle(primary, 1)
   const gen1 = primary.snapshot().rows[1].generation
   t.ok(first.exchange.tryAcquire())
-  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 1, parse: 0, bytes: 0, lockStolen: false })
+  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 1, parse: 0, bytes: 0, lanes: 0, lockStolen: false })
   const second = rowHandle(primary, 1) // the restarted worker, a new generation
   t.ok(second.exchange.tryAcquire())
-  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 0, parse: 0, bytes: 0, lockStolen: false }, 'the old life\'s reclaim changes nothing')
+  t.same(primary.tryReclaimRow(1, undefined, gen1)!, { exchange: 0, parse: 0, bytes: 0, lanes: 0, lockStolen: false }, 'the old life\'s reclaim changes nothing')
   t.equal(second.exchange.heldByMe, 1, 'the new life keeps its permit')
   second.exchange.release()
   primary.tryReclaimRow(1)
