@@ -5,7 +5,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { Config } from '../src/config/schema.ts'
-import { pendingCap } from '../src/config/load.ts'
+import { capabilities } from '../src/capabilities.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import { renderMetrics, type PrimaryCounters } from './metrics.ts'
 import type { Supervisor } from './supervisor.ts'
@@ -17,35 +17,6 @@ export interface AdminDeps {
   counters: PrimaryCounters
   startedAt: number
   version: string
-}
-
-export function capabilities (config: Config, version: string): Record<string, unknown> {
-  const l = config.limits
-  return {
-    name: 'sluice',
-    version,
-    limits: {
-      maxActiveExchanges: l.maxActiveExchanges,
-      maxQueuedExchanges: l.maxQueuedExchanges,
-      queueWaitMs: l.queueWaitMs,
-      parsePermits: l.parsePermits,
-      parseWaitMs: l.parseWaitMs,
-      maxPendingPromptsPerSession: pendingCap(l),
-      maxActivePerSession: l.maxActivePerSession,
-      sseFrameBytes: l.sseFrameBytes,
-      maxOutputItems: l.maxOutputItems,
-      maxOutputBytes: l.maxOutputBytes,
-      maxBodyBytes: l.maxBodyBytes,
-      maxJsonDepth: l.maxJsonDepth,
-      maxJsonNodes: l.maxJsonNodes,
-      storageBytes: l.storageBytes,
-      workerHeapMb: l.workerHeapMb,
-      workers: config.workers,
-      healthGuardMs: l.healthGuardMs,
-    },
-    protocols: [...new Set(config.providers.map((p) => p.protocol))],
-    models: config.providers.flatMap((p) => [...p.models, ...Object.keys(p.aliases)]),
-  }
 }
 
 export function startAdmin (deps: AdminDeps, host: string, port: number): Promise<Server> {

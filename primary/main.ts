@@ -10,6 +10,9 @@ import { randomBytes } from 'node:crypto'
 import type { Logger } from 'pino'
 import type { Config } from '../src/config/schema.ts'
 import { createLedger, type Ledger } from '../src/ledger/ledger.ts'
+import { createRingBuffer, EventRing } from '../src/events/ring.ts'
+import { PRIMARY_ROW } from '../src/ledger/layout.ts'
+import { pendingCap } from '../src/config/load.ts'
 import { startAdmin } from './admin.ts'
 import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
@@ -56,8 +59,14 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     parseWaitMs: limits.parseWaitMs,
     storageBytes: limits.storageBytes,
     runSlots: limits.maxTrackedRuns,
+    laneEntries: limits.sessionEntries,
+    pendingPerSession: pendingCap(limits) ?? 0,
+    activePerSession: limits.maxActivePerSession,
     threads: config.workers,
   })
+  const events = createRingBuffer(limits.sessionEventBytes)
+  // The primary reads the ring's figures for /metrics only; it never locks it or writes it.
+  const eventRing = new EventRing(events, PRIMARY_ROW)
 
   let sim: { url: string; worker: Worker } | null = null
   if (config.sim.enabled) sim = await startSimThread(config.listen.host, config.sim.port)
@@ -65,6 +74,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   const supervisor = new Supervisor({
     config,
     ledger,
+    events,
     log,
     simUrl: sim?.url ?? null,
     testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1',
@@ -72,7 +82,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err

@@ -5,9 +5,12 @@ import type { Config } from '../src/config/schema.ts'
 import type { LedgerSnapshot } from '../src/ledger/ledger.ts'
 import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
+import type { RingSnapshot } from '../src/events/ring.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
+  /** The session event ring, when there is one. */
+  events?: () => RingSnapshot
 }
 
 type Sample = [labels: Record<string, string | number> | null, value: number]
@@ -53,6 +56,34 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     [{ gate: 'parse', outcome: 'cancel' }, s.parse.cancels],
     [{ gate: 'parse', outcome: 'cancel_after_grant' }, s.parse.cancelsAfterGrant],
   ])
+  const ln = s.lanes
+  w.metric('sluice_session_pending', 'gauge', 'Exchanges pending in session lanes (active + queued), all sessions.', ln.pending)
+  w.metric('sluice_session_active', 'gauge', 'Session-lane entries running (at most maxActivePerSession per session).', ln.active)
+  w.metric('sluice_session_queued', 'gauge', 'Session-lane entries waiting behind their session\'s active exchange.', ln.queued)
+  w.metric('sluice_sessions', 'gauge', 'Sessions with at least one pending exchange.', ln.sessions)
+  w.metric('sluice_session_pending_max', 'gauge', 'The largest pending count of any one session now.', ln.maxSessionPending)
+  w.metric('sluice_session_pending_limit', 'gauge', 'maxPendingPromptsPerSession (0 = no cap).', ln.pendingMax ?? 0)
+  w.metric('sluice_session_entries_limit', 'gauge', 'Session-lane entries shared by all workers (limits.sessionEntries).', ln.entries)
+  w.metric('sluice_session_lane_total', 'counter', 'Session-lane events by outcome.', [
+    [{ outcome: 'entered' }, ln.entered],
+    [{ outcome: 'queued' }, ln.queuedTotal],
+    [{ outcome: 'refused_full' }, ln.refusedFull],
+    [{ outcome: 'refused_entries' }, ln.refusedEntries],
+    [{ outcome: 'released' }, ln.released],
+    [{ outcome: 'cancel' }, ln.cancels],
+    [{ outcome: 'cancel_after_promote' }, ln.cancelsAfterPromote],
+    [{ outcome: 'reclaimed' }, ln.reclaimed],
+    [{ outcome: 'cancel_request' }, ln.cancelRequests],
+  ])
+  const ring = counters.events?.()
+  if (ring) {
+    w.metric('sluice_session_events_bytes', 'gauge', 'Bytes held by the session event ring (fixed capacity below).', ring.bytes)
+    w.metric('sluice_session_events_capacity_bytes', 'gauge', 'The session event ring\'s capacity (limits.sessionEventBytes).', ring.capacity)
+    w.metric('sluice_session_events_records', 'gauge', 'Events retained for replay.', ring.records)
+    w.metric('sluice_session_events_total', 'counter', 'Session events by outcome.', [
+      [{ outcome: 'appended' }, ring.appended], [{ outcome: 'evicted' }, ring.evicted], [{ outcome: 'refused' }, ring.refused],
+    ])
+  }
   const refusals: Sample[] = [...counters.refusals()].map(([code, n]) => [{ code }, n])
   w.metric('sluice_refusals_total', 'counter', 'Refusals and failures sent to callers, by catalogue code.', refusals)
   w.metric('sluice_storage_refusals_total', 'counter', 'Byte reservations refused.', s.storage.refused)

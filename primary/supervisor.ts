@@ -9,6 +9,7 @@ import { Worker } from 'node:worker_threads'
 import type { Config } from '../src/config/schema.ts'
 import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
 import type { Ledger, Reclaimed } from '../src/ledger/ledger.ts'
+import { repairRing } from '../src/events/ring.ts'
 import type { Logger } from 'pino'
 
 const WORKER_MAIN = new URL('../worker/main.ts', import.meta.url)
@@ -41,16 +42,18 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
   private readonly exitHandled = new Map<number, Promise<void>>()
   private readonly config: Config
   private readonly ledger: Ledger
+  private readonly events: SharedArrayBuffer
   private readonly log: Logger
   private readonly simUrl: string | null
   private readonly testHooks: boolean
   private readonly signingKey: string
   private stopping = false
 
-  constructor (opts: { config: Config; ledger: Ledger; log: Logger; simUrl: string | null; testHooks: boolean; signingKey: string }) {
+  constructor (opts: { config: Config; ledger: Ledger; events: SharedArrayBuffer; log: Logger; simUrl: string | null; testHooks: boolean; signingKey: string }) {
     super()
     this.config = opts.config
     this.ledger = opts.ledger
+    this.events = opts.events
     this.log = opts.log
     this.simUrl = opts.simUrl
     this.testHooks = opts.testHooks
@@ -104,6 +107,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     w.startedAt = Date.now()
     const boot: WorkerBoot = {
       ledger: this.ledger.init,
+      events: this.events,
       row: w.row,
       generation,
       config: this.config,
@@ -153,6 +157,8 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       // the primary: if another dead worker holds the ledger lock, this waits for that
       // worker's own exit handler (which may steal the lock) on a later turn.
       void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r), generation).then((reclaimed) => {
+        // A worker that died holding the event ring's lock leaves it held: clear it.
+        repairRing(this.events, w.row)
         this.dead.delete(w.row)
         this.afterExit(w, generation, code, error, reclaimed, onStarted)
         onStarted = undefined

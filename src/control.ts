@@ -9,6 +9,8 @@ import type { LedgerHandleInit } from './ledger/ledger.ts'
 /** workerData of an HTTP worker. */
 export interface WorkerBoot {
   readonly ledger: LedgerHandleInit
+  /** The session event ring (src/events/ring.ts). */
+  readonly events: SharedArrayBuffer
   readonly row: number
   readonly generation: number
   readonly config: Config

@@ -55,6 +55,7 @@ export const catalogue = {
   provider_rate_limited: { status: 429, side: 'provider', retryAfterSeconds: 10, message: 'the provider refused the request for its rate limit' },
   provider_error: { status: 502, side: 'provider', retryAfterSeconds: null, message: 'the provider answered with an error' },
   provider_protocol_error: { status: 502, side: 'provider', retryAfterSeconds: null, message: 'the provider stream broke its protocol (malformed or oversize frame, missing terminal)' },
+  output_too_large: { status: 502, side: 'local', retryAfterSeconds: null, message: 'the provider\'s answer is larger than this gateway delivers as one event or JSON-RPC result (limits.maxOutputBytes, limits.sessionEventBytes)' },
   // internal
   internal_error: { status: 500, side: 'local', retryAfterSeconds: null, message: 'an unexpected internal error' },
 } as const satisfies Record<string, CatalogueEntry>
@@ -123,4 +124,12 @@ export class SluiceError extends Error {
     const err = new SluiceError('internal_error', {}, value instanceof Error ? value.message : String(value))
     return err
   }
+}
+
+/**
+ * The error an aborted operation reports: the abort's own reason when it is a SluiceError
+ * (e.g. exchange_cancelled from a cancel request), else client_closed (the caller went away).
+ */
+export function abortCause (signal: AbortSignal): SluiceError {
+  return signal.reason instanceof SluiceError ? signal.reason : new SluiceError('client_closed')
 }

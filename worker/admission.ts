@@ -39,12 +39,14 @@ export class Admission {
   /**
    * Takes an exchange permit for a new exchange, or throws the refusal. The returned
    * Holdings owns the permit; it is released once every party in `parties` has settled.
+   * An exchange accepted earlier (non-blocking, JSON-RPC) passes the Holdings that already
+   * owns its body bytes.
    */
-  async admit (signal: AbortSignal, parties: readonly Party[], onQueued?: () => void): Promise<Holdings> {
+  async admit (signal: AbortSignal, parties: readonly Party[], onQueued?: () => void, holdings?: Holdings): Promise<Holdings> {
     if (this.ledger.draining) throw new SluiceError('shutting_down')
     this.checkHeap()
     await this.ledger.exchange.acquire({ signal, onQueued, deadline: Date.now() + this.limits.queueWaitMs })
-    const h = new Holdings(this.ledger, parties)
+    const h = holdings ?? new Holdings(this.ledger, parties)
     h.tookExchange()
     return h
   }

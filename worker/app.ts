@@ -9,16 +9,23 @@ import { Router } from '../src/routing.ts'
 import { ParserPool } from '../src/json/pool.ts'
 import { Admission } from './admission.ts'
 import { Authenticator } from './auth.ts'
-import type { ExchangeDeps } from './exchange.ts'
 import { Signer } from './relay.ts'
 import { registerRoutes } from './routes.ts'
 import { registerTestHooks } from './test-hooks.ts'
 import { TurnPins } from './turns.ts'
+import { SessionLanes } from './sessions.ts'
+import { Background, registerSessionRoutes, type SessionDeps } from './session-routes.ts'
+import { registerRpc } from './rpc.ts'
+import { EventRing } from '../src/events/ring.ts'
+import { capabilities } from '../src/capabilities.ts'
+import { VERSION } from '../src/version.ts'
 import { Upstreams } from './upstream.ts'
 
 export interface AppDeps {
   config: Config
   ledger: Ledger
+  /** The session event ring's buffer (src/events/ring.ts). */
+  events: SharedArrayBuffer
   testHooks: boolean
   simUrl: string | null
   signingKey: Buffer
@@ -28,7 +35,7 @@ export interface AppDeps {
 export interface App {
   fastify: FastifyInstance
   admission: Admission
-  exchange: ExchangeDeps
+  exchange: SessionDeps
   /** Closes what the app owns beyond fastify: upstream pools, the parser pool. */
   close (): Promise<void>
 }
@@ -46,7 +53,7 @@ export function buildApp (deps: AppDeps): App {
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
   const limits = deps.config.limits
-  const exchange: ExchangeDeps = {
+  const exchange: SessionDeps = {
     config: deps.config,
     ledger: deps.ledger,
     admission,
@@ -55,6 +62,9 @@ export function buildApp (deps: AppDeps): App {
     upstreams: new Upstreams(deps.config.upstream),
     parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
     turns: new TurnPins(deps.ledger),
+    sessions: new SessionLanes(deps.ledger),
+    ring: new EventRing(deps.events, deps.ledger.row),
+    background: new Background(),
     signer: new Signer(deps.signingKey),
     log: (rec) => deps.log.info(rec, 'exchange'),
   }
@@ -75,12 +85,30 @@ export function buildApp (deps: AppDeps): App {
   })
 
   registerRoutes(fastify, exchange)
+  registerSessionRoutes(fastify, exchange)
+  registerRpc(fastify, exchange)
+  fastify.get('/v1/capabilities', (req, reply) => {
+    try {
+      exchange.auth.authenticate(req.headers)
+    } catch (err) {
+      sendError(deps.ledger, reply, SluiceError.from(err))
+      return reply
+    }
+    return reply.send(capabilities(deps.config, VERSION))
+  })
+  // Long-lived event streams end first, or closing the server would wait for them forever.
+  fastify.addHook('preClose', (done) => {
+    for (const end of exchange.background.streams) end()
+    done()
+  })
   if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission)
   return {
     fastify,
     admission,
     exchange,
     async close () {
+      // Background (non-blocking) exchanges still use the pools: they finish first.
+      await exchange.background.close()
       await Promise.all([exchange.upstreams.close(), exchange.parser.close()])
     },
   }

@@ -1,6 +1,7 @@
 // One model exchange, start to release (DESIGN.md "The exchange lifecycle"):
 //
-//   headers -> auth -> turn pin -> exchange permit (FIFO queue, body unread)
+//   headers -> auth -> turn pin -> session lane (one active per session, FIFO, pending cap)
+//   -> exchange permit (FIFO queue, body unread)
 //   -> body (bytes reserved, capped) -> parse permit: bounded JSON + preparation (piscina)
 //   -> model pin, provider, protocol -> upstream (undici) -> relay (backpressure, inspection,
 //   signed failure tail) -> release when processing, upstream and HTTP have all settled.
@@ -14,7 +15,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import type { Config } from '../src/config/schema.ts'
-import { SluiceError, type ErrorCode } from '../src/errors.ts'
+import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import { Router, type RouteProtocol } from '../src/routing.ts'
 import type { ParserPool } from '../src/json/pool.ts'
@@ -24,6 +25,9 @@ import { readBody } from './body.ts'
 import type { Holdings } from './holdings.ts'
 import { failureRecord, relayBuffered, relayStream, type Outcome, type Signer } from './relay.ts'
 import type { TurnPins, TurnTicket } from './turns.ts'
+import { sessionIdOf, type LaneTicket, type SessionLanes } from './sessions.ts'
+import type { KeyConfig } from '../src/config/schema.ts'
+import type { PrepareOk } from '../src/json/prepare.ts'
 import { transportError, type Upstreams } from './upstream.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
 
@@ -52,6 +56,7 @@ export interface ExchangeDeps {
   upstreams: Upstreams
   parser: ParserPool
   turns: TurnPins
+  sessions: SessionLanes
   signer: Signer
   log: (fields: Record<string, unknown>) => void
 }
@@ -62,6 +67,12 @@ export interface ExchangeRecord {
   runId: string | null
   route: Route
   keyName: string | null
+  sessionId: string | null
+  /** 'blocking' (the HTTP response carries the result) or 'events' (non-blocking / RPC). */
+  mode: 'blocking' | 'events' | 'rpc'
+  /** Waited behind an earlier exchange of the same session. */
+  laneQueued: boolean
+  laneMs: number
   model: string | null
   provider: string | null
   stream: boolean
@@ -90,13 +101,37 @@ export function runIdentity (req: IncomingMessage): string | null {
   return null
 }
 
-export async function runExchange (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/**
+ * An exchange accepted before runExchange starts (non-blocking mode, JSON-RPC): already
+ * authenticated, counted in its session lane, its body read (bytes reserved in `holdings`)
+ * and prepared. runExchange then owns every one of these and releases them exactly once.
+ */
+export interface Accepted {
+  exchangeId: string
+  mode: 'events' | 'rpc'
+  key: KeyConfig
+  sessionId: string | null
+  lane: LaneTicket | null
+  turn: TurnTicket
+  holdings: Holdings
+  prepared: PrepareOk
+  /** Called once the exchange holds its lane turn and an exchange permit. */
+  onStarted?: () => void
+  /** Aborts the exchange (the JSON-RPC caller went away); its reason is reported. */
+  signal?: AbortSignal
+}
+
+export async function runExchange (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse, accepted?: Accepted): Promise<ExchangeRecord> {
   const started = performance.now()
   const rec: ExchangeRecord = {
-    exchangeId: randomUUID(),
+    exchangeId: accepted?.exchangeId ?? randomUUID(),
     runId: runIdentity(req),
     route,
     keyName: null,
+    sessionId: accepted?.sessionId ?? null,
+    mode: accepted?.mode ?? 'blocking',
+    laneQueued: false,
+    laneMs: 0,
     model: null,
     provider: null,
     stream: false,
@@ -117,33 +152,70 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
   const signal = ac.signal
   const onClientClose = (): void => { if (!res.writableFinished) ac.abort() }
   res.once('close', onClientClose)
+  const outer = accepted?.signal
+  const onOuterAbort = (): void => ac.abort(outer?.reason)
+  if (outer) { if (outer.aborted) onOuterAbort(); else outer.addEventListener('abort', onOuterAbort, { once: true }) }
 
-  let holdings: Holdings | null = null
+  let holdings: Holdings | null = accepted?.holdings ?? null
   let upstreamStarted = false
-  let bodyBytes = 0
+  let bodyBytes = accepted ? accepted.holdings.heldBytes : 0
   let upstreamRes: Dispatcher.ResponseData | null = null
-  let turn: TurnTicket | null = null
+  let turn: TurnTicket | null = accepted?.turn ?? null
+  let lane: LaneTicket | null = accepted?.lane ?? null
+  if (holdings) {
+    const h = holdings
+    if (res.closed) h.settle('http')
+    else res.once('close', () => h.settle('http'))
+  }
   try {
-    // 1. Before the body: who, which run, then a permit.
-    const key = deps.auth.authenticate(req.headers)
+    // 1. Before the body: who, which run, which session.
+    const key = accepted?.key ?? deps.auth.authenticate(req.headers)
     rec.keyName = key.name
-    turn = deps.turns.take(key, rec.runId)
+    if (!accepted) {
+      rec.sessionId = sessionIdOf(req.headers)
+      turn = deps.turns.take(key, rec.runId)
+      // The synchronous lane check: an aborted request is never counted.
+      if (rec.sessionId !== null && deps.sessions.enabled) {
+        if (signal.aborted) throw abortCause(signal)
+        lane = deps.sessions.enter(key.name, rec.sessionId, rec.exchangeId)
+      }
+    }
+    // A cancel request from any worker (non-blocking cancel, JSON-RPC session/cancel) aborts this exchange.
+    lane?.watchCancel(() => ac.abort(new SluiceError('exchange_cancelled', { exchangeId: rec.exchangeId })))
+    if (lane && !lane.ranAtOnce) {
+      rec.laneQueued = true
+      const laneAt = performance.now()
+      await lane.wait(signal)
+      rec.laneMs = performance.now() - laneAt
+    }
+
+    // 2. An exchange permit (FIFO, body still unread).
     let queuedAt = 0
     holdings = await deps.admission.admit(signal, ['processing', 'upstream', 'http'], () => {
       rec.queued = true
       queuedAt = performance.now()
-    })
+    }, holdings ?? undefined)
     if (rec.queued) rec.queueMs = performance.now() - queuedAt
     const h = holdings
-    if (res.closed) h.settle('http')
-    else res.once('close', () => h.settle('http'))
-    if (signal.aborted) throw new SluiceError('client_closed')
+    if (lane) { h.tookLane(lane); lane = null }
+    if (!accepted) {
+      if (res.closed) h.settle('http')
+      else res.once('close', () => h.settle('http'))
+    }
+    if (signal.aborted) throw abortCause(signal)
+    accepted?.onStarted?.()
 
-    // 2. The body, bounded and reserved; then bounded JSON and preparation under the parse permit.
-    const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
-    bodyBytes = body.byteLength
-    rec.bytesIn = bodyBytes
-    const prepared = await prepare(deps, h, route, body, signal)
+    // 3. The body, bounded and reserved; then bounded JSON and preparation under the parse permit.
+    let prepared: PrepareOk
+    if (accepted) {
+      prepared = accepted.prepared
+      rec.bytesIn = bodyBytes
+    } else {
+      const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
+      bodyBytes = body.byteLength
+      rec.bytesIn = bodyBytes
+      prepared = await prepare(deps, h, route, body, signal)
+    }
     if (prepared.body.byteLength !== bodyBytes) {
       h.reserve(prepared.body.byteLength)
       h.unreserve(bodyBytes)
@@ -152,13 +224,13 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     rec.model = prepared.model
     rec.stream = prepared.stream && route !== 'count_tokens'
 
-    // 3. Where it goes, and whether this key may go there.
+    // 4. Where it goes, and whether this key may go there.
     Router.checkPin(key, prepared.requestedModel, prepared.model)
     const provider = deps.router.resolve(prepared.model)
     rec.provider = provider.config.name
     Router.checkProtocol(ROUTE_PROTOCOL[route], provider, prepared.model)
 
-    // 4. Upstream. The body buffer is released once the provider has answered.
+    // 5. Upstream. The body buffer is released once the provider has answered.
     upstreamStarted = true
     const sent = performance.now()
     try {
@@ -173,32 +245,35 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     h.unreserve(bodyBytes)
     bodyBytes = 0
 
-    // 5. Provider refusal before any byte: our JSON, signed, never the provider's bytes.
+    // 6. Provider refusal before any byte: our JSON, signed, never the provider's bytes.
     if (up.statusCode >= 400) {
       throw await providerFailure({ deps, holdings: h, signal }, up)
     }
 
-    // 6. Relay.
+    // 7. Relay.
     const outcome: Outcome = rec.stream && isEventStream(up.headers)
       ? await relayStream({ deps, rec, route, up, res, holdings: h, signal })
       : await relayBuffered({ deps, rec, route, up, res, holdings: h, signal })
     rec.code = outcome.code
     rec.status = res.statusCode
   } catch (err) {
-    const se = transportError(err, signal)
+    const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     rec.code = se.code
     // A turn is spent by an exchange that reached the provider; a local refusal gives it back.
     if (!upstreamStarted) turn?.giveBack()
     if (upstreamRes && !upstreamRes.body.destroyed) upstreamRes.body.destroy()
     if (!res.headersSent && !res.destroyed) {
       rec.status = se.status
-      sendRefusal(deps, res, se, rec, !holdings || bodyBytes === 0 ? req : null)
+      sendRefusal(deps, res, se, rec, accepted ? null : !holdings || bodyBytes === 0 ? req : null)
     } else {
       deps.ledger.countRefusal(se.code)
       if (!res.destroyed) res.destroy()
     }
   } finally {
     res.off('close', onClientClose)
+    outer?.removeEventListener('abort', onOuterAbort)
+    // A lane entry not yet handed to the holdings (refused or aborted before a permit).
+    lane?.release()
     if (holdings) {
       if (!upstreamStarted) holdings.settle('upstream')
       holdings.settle('processing')
@@ -210,6 +285,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     }
     deps.log(rec as unknown as Record<string, unknown>)
   }
+  return rec
 }
 
 async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uint8Array, signal: AbortSignal) {
@@ -270,7 +346,8 @@ function isEventStream (headers: Dispatcher.ResponseData['headers']): boolean {
 /** A refusal or failure before any downstream byte: one JSON shape, signed when the provider failed. */
 function sendRefusal (deps: ExchangeDeps, res: ServerResponse, err: SluiceError, rec: ExchangeRecord, unreadBody: IncomingMessage | null): void {
   deps.ledger.countRefusal(err.code)
-  const body: Record<string, unknown> = { ...err.toBody(), exchangeId: rec.exchangeId }
+  // A session refusal issues no id (seed 002): the exchange was never accepted.
+  const body: Record<string, unknown> = err.code === 'prompt_queue_full' ? err.toBody() : { ...err.toBody(), exchangeId: rec.exchangeId }
   if (err.side === 'provider') {
     const record = failureRecord(err, rec)
     body.record = record
@@ -280,9 +357,9 @@ function sendRefusal (deps: ExchangeDeps, res: ServerResponse, err: SluiceError,
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),
-    'x-sluice-exchange-id': rec.exchangeId,
     ...err.headers(),
   }
+  if (err.code !== 'prompt_queue_full') headers['x-sluice-exchange-id'] = rec.exchangeId
   // A body we never read is not drained: close the connection after the refusal instead.
   if (unreadBody && !unreadBody.readableEnded) headers.connection = 'close'
   res.writeHead(err.status, headers)

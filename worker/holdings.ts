@@ -8,11 +8,15 @@
 
 import type { Ledger } from '../src/ledger/ledger.ts'
 
+/** A session-lane entry (worker/sessions.ts), released with everything else. */
+export interface LaneHold { release (): void }
+
 export type Party = 'processing' | 'upstream' | 'http'
 
 export class Holdings {
   private readonly ledger: Ledger
   private exchange = false
+  private lane: LaneHold | null = null
   private parse = false
   private bytes = 0
   private floating = 0
@@ -64,6 +68,9 @@ export class Holdings {
 
   tookParse (): void { this.assertOpen(); this.parse = true }
 
+  /** The exchange's session-lane entry: released last, after the permit and the bytes. */
+  tookLane (lane: LaneHold): void { this.assertOpen(); this.lane = lane }
+
   /** The parse permit is a short hold: returned as soon as the parse settles. */
   releaseParse (): void {
     if (!this.parse) return
@@ -87,6 +94,8 @@ export class Holdings {
     if (this.parse) { this.parse = false; this.ledger.parse.release() }
     if (this.bytes > 0) { const b = this.bytes; this.bytes = 0; this.floating = 0; this.ledger.storage.release(b) }
     if (this.exchange) { this.exchange = false; this.ledger.exchange.release() }
+    // The session's next exchange may run only once this one has released everything else.
+    if (this.lane) { const l = this.lane; this.lane = null; l.release() }
     this.onReleased?.()
   }
 

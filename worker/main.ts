@@ -17,6 +17,7 @@ const log = createThreadLogger(boot.config.telemetry.logLevel).child({ worker: b
 const app = buildApp({
   config: boot.config,
   ledger,
+  events: boot.events,
   testHooks: boot.testHooks,
   simUrl: boot.simUrl,
   signingKey: Buffer.from(boot.signingKey, 'base64'),

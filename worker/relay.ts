@@ -17,7 +17,7 @@
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
-import { SluiceError, type ErrorCode } from '../src/errors.ts'
+import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import { buildFailureRecord, signRecord, type FailureRecord } from '../src/sse/sign.ts'
@@ -69,10 +69,10 @@ interface RelayContext {
  * forever).
  */
 async function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
-  if (signal.aborted) throw new SluiceError('client_closed')
+  if (signal.aborted) throw abortCause(signal)
   const stall = AbortSignal.timeout(stallMs)
   await once(res, 'drain', { signal: AbortSignal.any([signal, stall]) }).catch(() => {
-    throw signal.aborted ? new SluiceError('client_closed') : new SluiceError('client_stalled', { stallMs })
+    throw signal.aborted ? abortCause(signal) : new SluiceError('client_stalled', { stallMs })
   })
 }
 
@@ -177,7 +177,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       if (!ok) await drained(res, signal, stallMs)
     }
   } catch (err) {
-    const se = transportError(err, signal)
+    const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     if (se.code === 'client_stalled') {
       // Nobody is reading: no tail could be delivered. Cut the connection.
       if (!up.body.destroyed) up.body.destroy()
@@ -190,7 +190,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       rec.partial = true
       return { code: se.code }
     }
-    if (se.code === 'client_closed' || signal.aborted) {
+    if (se.code === 'client_closed') {
       rec.bytesOut = bytesOut
       rec.frames = framesOut
       rec.usage = usageOf(tracker)
@@ -264,7 +264,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     }
   } catch (err) {
     if (keptBytes > 0) holdings.unreserve(keptBytes)
-    const se = transportError(err, signal)
+    const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     rec.bytesOut = bytesOut
     rec.partial = true
     if (se.code !== 'client_closed') deps.ledger.countRefusal(se.code)

@@ -5,7 +5,7 @@
 import { Pool, type Dispatcher } from 'undici'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 import type { Config } from '../src/config/schema.ts'
-import { SluiceError } from '../src/errors.ts'
+import { abortCause, SluiceError } from '../src/errors.ts'
 import type { ResolvedProvider } from '../src/routing.ts'
 
 /** Never forwarded in either direction (RFC 9110 7.6.1 hop-by-hop, plus framing we redo). */
@@ -103,7 +103,7 @@ export function responseHeaders (upstream: IncomingHttpHeaders, keepLength: bool
 /** undici / socket failures -> catalogue. A caller abort is client_closed, never the provider. */
 export function transportError (err: unknown, signal?: AbortSignal): SluiceError {
   if (err instanceof SluiceError) return err
-  if (signal?.aborted) return new SluiceError('client_closed')
+  if (signal?.aborted) return abortCause(signal)
   const e = err as { code?: string; message?: string }
   const detail = { cause: e.code ?? 'unknown' }
   switch (e.code) {
@@ -114,7 +114,7 @@ export function transportError (err: unknown, signal?: AbortSignal): SluiceError
     case 'UND_ERR_BODY_TIMEOUT':
       return new SluiceError('provider_timeout', { ...detail, phase: 'idle' }, 'the provider stream went idle for longer than the idle timeout')
     case 'UND_ERR_ABORTED':
-      return new SluiceError('client_closed')
+      return signal ? abortCause(signal) : new SluiceError('client_closed')
     default:
       return new SluiceError('provider_unavailable', detail, `the provider connection failed (${e.code ?? e.message ?? 'unknown'})`)
   }

@@ -21,6 +21,10 @@ export const limitsSchema = z.strictObject({
   parseWaitMs: int(1).default(30_000),
   maxPendingPromptsPerSession: pendingCap.default(5),
   maxActivePerSession: int(1).default(1),
+  /** Session-lane entries shared by all workers: exchanges pending in any session (queued + active). */
+  sessionEntries: int(1).max(65535).default(1024),
+  /** The byte-bounded ring of non-blocking session events (replay with Last-Event-ID). */
+  sessionEventBytes: int(65536).max(1024 * MiB).multipleOf(4).default(8 * MiB),
   sseFrameBytes: int(1024).default(MiB),
   maxOutputItems: int(1).default(256),
   maxOutputBytes: int(1).default(8 * MiB),

@@ -126,7 +126,7 @@ export class ParserPool {
     let result: PrepareResult
     try {
       result = await this.#piscina.run(
-        { body, route: task.route, limits: task.limits, aliases: task.aliases },
+        { body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope },
         { transferList: [body.buffer], signal: opts.signal ?? null },
       )
     } catch (err) {

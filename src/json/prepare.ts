@@ -23,6 +23,14 @@ export interface PrepareTask {
   /** The raw request body. In the pool its ArrayBuffer is transferred: the caller gives it up. */
   body: Uint8Array
   route: Route
+  /**
+   * The body is an envelope around the exchange body: 'exchange' = `{ route, body }`
+   * (non-blocking mode), 'rpc' = a JSON-RPC 2.0 request whose `session/prompt` params carry
+   * `{ sessionId, route, body }`. `route` above is then ignored. The exchange body is
+   * re-serialised from the parsed object (request bytes are not relayed exactly in these
+   * modes; response bytes are).
+   */
+  envelope?: 'exchange' | 'rpc'
   limits: JsonLimits
   /** Client-facing model name -> the provider's model name. */
   aliases: Record<string, string>
@@ -42,7 +50,25 @@ export interface PrepareOk {
   nodes: number
   /** A session id carried in the body (see sessionHintOf), when there is one. */
   sessionHint?: string
+  /** What the envelope said (PrepareTask.envelope). */
+  envelope?: EnvelopeInfo
 }
+
+export interface RpcCall {
+  id: string | number | null
+  method: string
+  /** The params' scalar members (never the exchange body). */
+  params: Record<string, string | number | boolean | null>
+}
+
+export interface EnvelopeInfo {
+  /** The exchange's route; absent for a JSON-RPC call that carries no exchange. */
+  route?: Route
+  rpc?: RpcCall
+}
+
+const ENVELOPE_ROUTES: readonly Route[] = ['chat', 'responses', 'messages', 'count_tokens']
+const encoder = new TextEncoder()
 
 export interface PrepareRefusal {
   ok: false
@@ -65,8 +91,9 @@ export function prepare (task: PrepareTask): PrepareResult {
   }
 }
 
-function prepareOrThrow ({ body, route, limits, aliases }: PrepareTask): PrepareResult {
+function prepareOrThrow ({ body, route, limits, aliases, envelope }: PrepareTask): PrepareResult {
   const { depth, nodes } = checkJson(body, limits) // throws json_too_deep / json_too_many_nodes
+  if (envelope !== undefined) return prepareEnvelope(body, envelope, aliases, depth, nodes)
   // Parsed in its own frame: the decoded text and the object graph are garbage before the
   // splice below allocates a second copy of the body.
   const shape = readShape(body, route)
@@ -97,7 +124,65 @@ interface Shape {
   sessionHint: string | undefined
 }
 
-function readShape (body: Uint8Array, route: Route): Shape | PrepareRefusal {
+function prepareEnvelope (body: Uint8Array, kind: 'exchange' | 'rpc', aliases: Record<string, string>, depth: number, nodes: number): PrepareResult {
+  const parsed = parseBody(body)
+  if (!parsed.ok) return parsed
+  const outer = parsed.value
+  if (outer === null || typeof outer !== 'object' || Array.isArray(outer)) return refusal('invalid_request', { field: kind === 'rpc' ? 'jsonrpc' : 'body', reason: 'must be a JSON object' })
+  const o = outer as Record<string, unknown>
+  let rpc: RpcCall | undefined
+  let holder: Record<string, unknown> = o
+  let prefix = ''
+  if (kind === 'rpc') {
+    const id = o.id === undefined ? null : o.id
+    if (id !== null && typeof id !== 'string' && typeof id !== 'number') return refusal('invalid_request', { field: 'id', reason: 'must be a string, a number or null' })
+    if (o.jsonrpc !== '2.0') return refusal('invalid_request', { field: 'jsonrpc', reason: 'must be "2.0"', rpcId: id })
+    if (typeof o.method !== 'string' || o.method.length === 0) return refusal('invalid_request', { field: 'method', reason: 'must be a non-empty string', rpcId: id })
+    const params = o.params === undefined ? {} : o.params
+    if (params === null || typeof params !== 'object' || Array.isArray(params)) return refusal('invalid_request', { field: 'params', reason: 'must be an object', rpcId: id })
+    const scalars: RpcCall['params'] = {}
+    for (const [k, v] of Object.entries(params as Record<string, unknown>)) {
+      if (v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') scalars[k] = v
+    }
+    rpc = { id, method: o.method, params: scalars }
+    if (o.method !== 'session/prompt') {
+      return { ok: true, model: '', requestedModel: '', stream: false, body: new Uint8Array(0), rewritten: false, depth, nodes, envelope: { rpc } }
+    }
+    holder = params as Record<string, unknown>
+    prefix = 'params.'
+  }
+  const fail = (field: string, reason: string): PrepareRefusal => refusal('invalid_request', rpc ? { field: prefix + field, reason, rpcId: rpc.id } : { field: prefix + field, reason })
+  const r = holder.route
+  if (typeof r !== 'string' || !ENVELOPE_ROUTES.includes(r as Route)) return fail('route', `must be one of ${ENVELOPE_ROUTES.join(', ')}`)
+  const route = r as Route
+  const inner = holder.body
+  if (inner === null || typeof inner !== 'object' || Array.isArray(inner)) return fail('body', 'must be a JSON object')
+  const shape = shapeOf(inner as Record<string, unknown>, route)
+  if (!shape.ok) {
+    const d = { ...shape.error.details, field: prefix + 'body.' + String(shape.error.details.field ?? '') }
+    return { ok: false, error: { code: shape.error.code, details: rpc ? { ...d, rpcId: rpc.id } : d } }
+  }
+  const fields = inner as Record<string, unknown>
+  let model = shape.requestedModel
+  const target = Object.hasOwn(aliases, model) ? aliases[model] : undefined
+  const rewritten = typeof target === 'string' && target.length > 0 && target !== model
+  if (rewritten) { fields.model = target; model = target }
+  const result: PrepareOk = {
+    ok: true,
+    model,
+    requestedModel: shape.requestedModel,
+    stream: shape.stream,
+    body: encoder.encode(JSON.stringify(fields)),
+    rewritten,
+    depth,
+    nodes,
+    envelope: rpc ? { route, rpc } : { route },
+  }
+  if (shape.sessionHint !== undefined) result.sessionHint = shape.sessionHint
+  return result
+}
+
+function parseBody (body: Uint8Array): { ok: true; value: unknown } | PrepareRefusal {
   let text: string
   try {
     text = decoder.decode(body)
@@ -105,18 +190,25 @@ function readShape (body: Uint8Array, route: Route): Shape | PrepareRefusal {
     const offset = utf8ErrorAt(body)
     return refusal('invalid_json', { reason: 'the body is not UTF-8', ...position(body, offset < 0 ? 0 : offset) })
   }
-  let parsed: unknown
   try {
-    parsed = JSON.parse(text)
+    return { ok: true, value: JSON.parse(text) }
   } catch {
     const fault = findSyntaxError(body)
     return refusal('invalid_json', fault ? { reason: fault.reason, ...position(body, fault.offset) } : { reason: 'syntax error' })
   }
+}
 
+function readShape (body: Uint8Array, route: Route): Shape | PrepareRefusal {
+  const p = parseBody(body)
+  if (!p.ok) return p
+  const parsed = p.value
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
     return refusal('invalid_request', { field: 'body', reason: 'must be a JSON object' })
   }
-  const fields = parsed as Record<string, unknown>
+  return shapeOf(parsed as Record<string, unknown>, route)
+}
+
+function shapeOf (fields: Record<string, unknown>, route: Route): Shape | PrepareRefusal {
   const requestedModel = fields.model
   if (requestedModel === undefined) return refusal('invalid_request', { field: 'model', reason: 'is required' })
   if (typeof requestedModel !== 'string') return refusal('invalid_request', { field: 'model', reason: 'must be a string' })

@@ -22,6 +22,9 @@ export const IDLE_GAUGES = [
   'sluice_parse_permits_in_use',
   'sluice_parse_permits_queued',
   'sluice_storage_bytes_reserved',
+  'sluice_session_pending',
+  'sluice_session_active',
+  'sluice_session_queued',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */

@@ -1,0 +1,298 @@
+// The session event ring: one byte-bounded ring in its own SharedArrayBuffer, written by the
+// worker that runs a non-blocking exchange and read by whichever worker serves the session's
+// `GET /v1/sessions/:id/events` (with reusePort the two are often different threads, and
+// workers never talk to each other). The primary creates it and never touches its bytes.
+//
+// ## Layout
+//
+//   Int32 header: RG_MAGIC RG_LOCK RG_CAPACITY RG_HEAD RG_TAIL RG_RECORDS
+//                 RG_NEXT_SEQ (lo, hi)  RG_OLDEST_SEQ (lo, hi)  RG_NOTIFY  totals (lo, hi)...
+//   data region:  RG_CAPACITY bytes of records, 4-byte aligned:
+//                 { u32 size (whole record, padded), u32 payload bytes, i32 seq lo, i32 seq hi,
+//                   i32 session A, i32 session B, payload... }
+//   A record never wraps: when it does not fit before the end, a WRAP marker (size
+//   0xffffffff) is left at the tail (or fewer than 4 bytes remain) and it goes at offset 0.
+//
+// Sequence numbers (the SSE `id:`) are global, start at 1, and never repeat; each record
+// carries the 64-bit session key (lanes.ts Lanes.key) of the session it belongs to, so one
+// ring serves every session and a reader filters its own. Readers see only their own
+// gateway key's sessions (the key name is in the hash).
+//
+// ## Bounds and eviction
+//
+// Appending evicts the oldest records until the new one fits: memory is fixed at
+// RG_CAPACITY whatever the event rate. A reader whose cursor fell behind the oldest retained
+// record learns it (a `gap`), never silently: the SSE stream then carries `replay_gap`. A
+// payload larger than `maxPayload` (a quarter of the ring) is refused by append().
+//
+// ## Concurrency
+//
+// Every operation is one short critical section under RG_LOCK (CAS, token = row + 1, spin
+// then Atomics.wait slices; workers only — the primary never locks it). Readers copy out at
+// most `maxBytes` per call, so the lock is never held for long. RG_NOTIFY is bumped (and
+// notified) after every append: readers sleep on it with Atomics.waitAsync.
+//
+// ## Death
+//
+// An append writes the payload first and commits by advancing RG_TAIL / RG_RECORDS /
+// RG_NEXT_SEQ last, so a writer that dies mid-copy leaves nothing visible. A thread that dies
+// holding RG_LOCK is repaired by the primary (`repairRing`, called with the ledger's reclaim):
+// the lock is cleared. Eviction moves RG_OLDEST_SEQ before RG_HEAD; a reader that finds a
+// record whose seq is not the one expected treats it as a gap and resynchronises at the head.
+
+import { bump, readTotal } from '../ledger/gate.ts'
+
+const RG_MAGIC = 0
+const RG_LOCK = 1
+const RG_CAPACITY = 2
+const RG_HEAD = 3
+const RG_TAIL = 4
+const RG_RECORDS = 5
+const RG_NEXT_SEQ = 6       // (lo, hi)
+const RG_OLDEST_SEQ = 8     // (lo, hi)
+const RG_NOTIFY = 10
+const RG_APPENDED = 11      // (lo, hi) totals
+const RG_EVICTED = 13
+const RG_REFUSED = 15
+const RG_PEAK_RECORDS = 17
+const HEADER_FIELDS = 18
+const HEADER_BYTES = HEADER_FIELDS * 4
+
+const MAGIC = 0x51c1e7e1
+const WRAP = -1             // size word of a wrap marker (0xffffffff)
+const REC_HEADER = 24
+const SPINS = 100
+
+export interface RingEvent { seq: number; payload: Buffer }
+
+export interface RingRead {
+  events: RingEvent[]
+  /** Sequence number of the last record examined (resume after it). */
+  cursor: number
+  /** True when records after the requested cursor were evicted before this read. */
+  gap: boolean
+  /** The oldest sequence number still retained (for the gap report). */
+  oldest: number
+  /** True when the read stopped at maxBytes with more records to examine. */
+  more: boolean
+}
+
+export interface RingSnapshot { capacity: number; records: number; bytes: number; nextSeq: number; oldestSeq: number; appended: number; evicted: number; refused: number }
+
+export function createRingBuffer (capacity: number): SharedArrayBuffer {
+  if (!Number.isInteger(capacity) || capacity < 4096 || capacity % 4 !== 0) throw new RangeError('ring capacity must be a multiple of 4, at least 4096 bytes')
+  const sab = new SharedArrayBuffer(HEADER_BYTES + capacity)
+  const h = new Int32Array(sab, 0, HEADER_FIELDS)
+  h[RG_CAPACITY] = capacity
+  h[RG_NEXT_SEQ] = 1
+  h[RG_OLDEST_SEQ] = 1
+  Atomics.store(h, RG_MAGIC, MAGIC)
+  return sab
+}
+
+/** Primary: clears RG_LOCK if a dead thread (token = row + 1) holds it. */
+export function repairRing (sab: SharedArrayBuffer, row: number): boolean {
+  const h = new Int32Array(sab, 0, HEADER_FIELDS)
+  const held = Atomics.compareExchange(h, RG_LOCK, row + 1, 0) === row + 1
+  if (held) Atomics.notify(h, RG_LOCK)
+  return held
+}
+
+export class EventRing {
+  readonly capacity: number
+  /** Largest payload append() accepts. */
+  readonly maxPayload: number
+  private readonly h: Int32Array
+  private readonly d32: Int32Array
+  private readonly d8: Uint8Array
+  private readonly token: number
+
+  constructor (sab: SharedArrayBuffer, row: number) {
+    this.h = new Int32Array(sab, 0, HEADER_FIELDS)
+    if (Atomics.load(this.h, RG_MAGIC) !== MAGIC) throw new Error('not a sluice event ring')
+    this.capacity = this.h[RG_CAPACITY]
+    this.d32 = new Int32Array(sab, HEADER_BYTES, this.capacity / 4)
+    this.d8 = new Uint8Array(sab, HEADER_BYTES, this.capacity)
+    this.maxPayload = Math.floor(this.capacity / 4) - REC_HEADER
+    this.token = row + 1
+  }
+
+  /** Appends one event for a session; returns its sequence number, or 0 when too large. */
+  append (session: readonly [number, number], payload: Uint8Array): number {
+    const { h, d32 } = this
+    if (payload.byteLength > this.maxPayload) {
+      this.lock()
+      bump(h, RG_REFUSED)
+      this.unlock()
+      return 0
+    }
+    const size = REC_HEADER + ((payload.byteLength + 3) & ~3)
+    this.lock()
+    let at: number
+    for (;;) {
+      at = this.placeLocked(size)
+      if (at >= 0) break
+      this.evictLocked()
+    }
+    const seq = readPair(h, RG_NEXT_SEQ)
+    const w = at >> 2
+    this.d8.set(payload, at + REC_HEADER)
+    d32[w + 1] = payload.byteLength
+    d32[w + 2] = seq % 0x100000000 | 0
+    d32[w + 3] = Math.floor(seq / 0x100000000)
+    d32[w + 4] = session[0]
+    d32[w + 5] = session[1]
+    d32[w] = size
+    // Commit: the record becomes visible to readers.
+    if (h[RG_RECORDS] === 0) h[RG_HEAD] = at
+    h[RG_TAIL] = at + size
+    h[RG_RECORDS]++
+    if (h[RG_RECORDS] > h[RG_PEAK_RECORDS]) h[RG_PEAK_RECORDS] = h[RG_RECORDS]
+    writePair(h, RG_NEXT_SEQ, seq + 1)
+    bump(h, RG_APPENDED)
+    this.unlock()
+    Atomics.add(h, RG_NOTIFY, 1)
+    Atomics.notify(h, RG_NOTIFY)
+    return seq
+  }
+
+  /**
+   * Events of `session` with seq > `after`, copied out, at most about `maxBytes` of payload.
+   * `after` = 0 reads from the oldest retained record.
+   */
+  read (session: readonly [number, number], after: number, maxBytes = 256 * 1024): RingRead {
+    const { h, d32 } = this
+    this.lock()
+    const oldest = readPair(h, RG_OLDEST_SEQ)
+    const next = readPair(h, RG_NEXT_SEQ)
+    const events: RingEvent[] = []
+    let gap = after > 0 && after + 1 < oldest
+    let cursor = Math.max(after, oldest - 1)
+    if (cursor >= next - 1 || h[RG_RECORDS] === 0) {
+      this.unlock()
+      return { events, cursor: Math.min(Math.max(after, cursor), next - 1), gap, oldest, more: false }
+    }
+    // Walk from the head to the first record after the cursor, then collect.
+    let at = h[RG_HEAD]
+    let left = h[RG_RECORDS]
+    let bytes = 0
+    let more = false
+    let expect = oldest
+    while (left > 0) {
+      if (at + 4 > this.capacity || d32[at >> 2] === WRAP) { at = 0; continue }
+      const w = at >> 2
+      const size = d32[w]
+      const seq = (d32[w + 2] >>> 0) + d32[w + 3] * 0x100000000
+      if (seq !== expect) { gap = true; break } // a torn eviction: resynchronise from what is readable
+      expect++
+      if (seq > cursor) {
+        if (bytes >= maxBytes) { more = true; break }
+        if (d32[w + 4] === session[0] && d32[w + 5] === session[1]) {
+          const n = d32[w + 1]
+          events.push({ seq, payload: Buffer.from(this.d8.subarray(at + REC_HEADER, at + REC_HEADER + n)) })
+          bytes += n
+        }
+        cursor = seq
+      }
+      at += size
+      left--
+    }
+    this.unlock()
+    return { events, cursor, gap, oldest, more }
+  }
+
+  /** The next sequence number to be written (lock-free read). */
+  get nextSeq (): number { return readPairAtomic(this.h, RG_NEXT_SEQ) }
+
+  /**
+   * Resolves when an append happened since `token` (from `changeToken`), or after `ms`.
+   * Never holds the event loop open by itself.
+   */
+  async changed (token: number, ms: number): Promise<void> {
+    const r = Atomics.waitAsync(this.h, RG_NOTIFY, token, ms)
+    if (r.async) await r.value
+  }
+
+  get changeToken (): number { return Atomics.load(this.h, RG_NOTIFY) }
+
+  snapshot (): RingSnapshot {
+    const h = this.h
+    const head = Atomics.load(h, RG_HEAD)
+    const tail = Atomics.load(h, RG_TAIL)
+    const records = Atomics.load(h, RG_RECORDS)
+    return {
+      capacity: this.capacity,
+      records,
+      bytes: records === 0 ? 0 : tail > head ? tail - head : this.capacity - head + tail,
+      nextSeq: readPairAtomic(h, RG_NEXT_SEQ),
+      oldestSeq: readPairAtomic(h, RG_OLDEST_SEQ),
+      appended: readTotal(h, RG_APPENDED),
+      evicted: readTotal(h, RG_EVICTED),
+      refused: readTotal(h, RG_REFUSED),
+    }
+  }
+
+  // ---- internals (inside the lock) ----
+
+  /** Where a record of `size` bytes fits without evicting, or -1. */
+  private placeLocked (size: number): number {
+    const { h, d32 } = this
+    const cap = this.capacity
+    if (h[RG_RECORDS] === 0) return 0
+    const head = h[RG_HEAD]
+    const tail = h[RG_TAIL]
+    if (tail > head) {
+      if (cap - tail >= size) return tail
+      if (head >= size) {
+        if (cap - tail >= 4) d32[tail >> 2] = WRAP
+        return 0
+      }
+      return -1
+    }
+    // Wrapped (tail <= head): the free gap is [tail, head).
+    return head - tail >= size ? tail : -1
+  }
+
+  private evictLocked (): void {
+    const { h, d32 } = this
+    let head = h[RG_HEAD]
+    if (head + 4 > this.capacity || d32[head >> 2] === WRAP) head = 0
+    const size = d32[head >> 2]
+    writePair(h, RG_OLDEST_SEQ, readPair(h, RG_OLDEST_SEQ) + 1)
+    h[RG_RECORDS]--
+    bump(h, RG_EVICTED)
+    if (h[RG_RECORDS] === 0) {
+      h[RG_HEAD] = 0
+      h[RG_TAIL] = 0
+      return
+    }
+    head += size
+    if (head + 4 > this.capacity || d32[head >> 2] === WRAP) head = 0
+    h[RG_HEAD] = head
+  }
+
+  private lock (): void {
+    const h = this.h
+    let spins = 0
+    for (;;) {
+      if (Atomics.compareExchange(h, RG_LOCK, 0, this.token) === 0) return
+      const holder = Atomics.load(h, RG_LOCK)
+      if (holder === this.token) throw new Error('event ring lock re-entered')
+      if (++spins < SPINS) continue
+      Atomics.wait(h, RG_LOCK, holder, 1)
+      spins = 0
+    }
+  }
+
+  private unlock (): void {
+    if (Atomics.compareExchange(this.h, RG_LOCK, this.token, 0) !== this.token) throw new Error('event ring lock released by a thread that does not hold it')
+    Atomics.notify(this.h, RG_LOCK, 1)
+  }
+}
+
+function readPair (h: Int32Array, at: number): number { return (h[at] >>> 0) + h[at + 1] * 0x100000000 }
+function readPairAtomic (h: Int32Array, at: number): number { return readTotal(h, at) }
+function writePair (h: Int32Array, at: number, v: number): void {
+  h[at] = v % 0x100000000 | 0
+  h[at + 1] = Math.floor(v / 0x100000000)
+}

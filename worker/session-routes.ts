@@ -1,0 +1,316 @@
+// Non-blocking mode (DESIGN.md "Sessions", seed 002):
+//
+//   POST /v1/sessions/:id/exchanges              { route, body } -> 202 { exchangeId, sessionId }
+//   GET  /v1/sessions/:id/events                 SSE: turn_started, turn_progress, turn_complete,
+//                                                turn_error, replay_gap; Last-Event-ID replay
+//   POST /v1/sessions/:id/exchanges/:eid/cancel  -> 200 { exchangeId, cancelled }
+//
+// Acceptance is the lane check, synchronous and before the body is read: the session id is
+// in the path. Then the envelope is read (bytes reserved) and prepared under the parse
+// permit, and only then is 202 written — so a malformed body is still an honest 4xx, and an
+// accepted exchange has everything it needs. It then runs in the background through the very
+// same runExchange as a blocking one, writing into a CollectingSink instead of an HTTP
+// response; its progress and result are appended to the shared event ring (src/events/), so
+// the events stream may be served by any worker. The lane entry is released when the
+// exchange settles, exactly once, whatever the outcome.
+
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { FastifyInstance } from 'fastify'
+import { SluiceError, abortCause, catalogue, type ErrorCode } from '../src/errors.ts'
+import { EventRing } from '../src/events/ring.ts'
+import { Lanes, type Key64 } from '../src/ledger/lanes.ts'
+import type { PrepareOk } from '../src/json/prepare.ts'
+import { readBody } from './body.ts'
+import { runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
+import { Holdings } from './holdings.ts'
+import { checkSessionId, type LaneTicket } from './sessions.ts'
+import { CollectingSink } from './sink.ts'
+import type { TurnTicket } from './turns.ts'
+
+export interface SessionDeps extends ExchangeDeps {
+  ring: EventRing
+  /** Background exchanges and open event streams, for drain. */
+  background: Background
+}
+
+/** What runs without an HTTP request of its own: drain waits for it, or ends it. */
+export class Background {
+  readonly exchanges = new Set<Promise<unknown>>()
+  readonly streams = new Set<() => void>()
+
+  track (p: Promise<unknown>): void {
+    this.exchanges.add(p)
+    void p.finally(() => this.exchanges.delete(p))
+  }
+
+  /** Ends every event stream and waits for every background exchange. */
+  async close (): Promise<void> {
+    for (const end of this.streams) end()
+    while (this.exchanges.size > 0) await Promise.allSettled([...this.exchanges])
+  }
+}
+
+/** Sends `{ code, error, ...details }` with the catalogue status (counted as a refusal). */
+export function refuse (deps: ExchangeDeps, res: ServerResponse, err: SluiceError, unread: IncomingMessage | null): void {
+  deps.ledger.countRefusal(err.code)
+  if (res.headersSent || res.destroyed) { if (!res.destroyed) res.destroy(); return }
+  const text = JSON.stringify(err.toBody())
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...err.headers() }
+  if (unread && !unread.readableEnded) headers.connection = 'close'
+  res.writeHead(err.status, headers)
+  res.end(text)
+}
+
+export function sendJson (res: ServerResponse, status: number, value: unknown, extra: Record<string, string> = {}): void {
+  const text = JSON.stringify(value)
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...extra })
+  res.end(text)
+}
+
+/**
+ * Reads an envelope body (bytes reserved in `holdings`) and prepares it in the parser pool
+ * under the parse permit. The returned body's bytes stay reserved in `holdings`.
+ */
+export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, holdings: Holdings, kind: 'exchange' | 'rpc', signal: AbortSignal): Promise<PrepareOk> {
+  const body = await readBody(req, holdings, deps.config.limits.maxBodyBytes, signal)
+  const size = body.byteLength
+  await deps.ledger.parse.acquire({ signal })
+  holdings.tookParse()
+  let result
+  try {
+    result = await deps.parser.prepare({
+      body,
+      route: 'chat',
+      envelope: kind,
+      limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
+      aliases: deps.router.aliases as Record<string, string>,
+    }, { signal })
+  } finally {
+    holdings.releaseParse()
+  }
+  if (!result.ok) throw SluiceError.from(result.error)
+  // The envelope is gone; the exchange body (re-serialised) is what stays reserved.
+  if (result.body.byteLength > size) holdings.reserve(result.body.byteLength - size)
+  else if (result.body.byteLength < size) holdings.unreserve(size - result.body.byteLength)
+  return result
+}
+
+/** The SSE text of one event, without its id line: `event:` and one `data:` per line. */
+export function eventText (type: string, data: string): Buffer {
+  let out = `event: ${type}\n`
+  for (const line of data.split(/\r\n|\r|\n/)) out += `data: ${line}\n`
+  return Buffer.from(out)
+}
+
+export class SessionEvents {
+  private readonly ring: EventRing
+  constructor (ring: EventRing) { this.ring = ring }
+
+  /** Appends one event; false when it is larger than the ring accepts. */
+  publish (session: Key64, type: string, data: unknown): boolean {
+    return this.ring.append(session, eventText(type, typeof data === 'string' ? data : JSON.stringify(data))) !== 0
+  }
+}
+
+export function registerSessionRoutes (fastify: FastifyInstance, deps: SessionDeps): void {
+  const events = new SessionEvents(deps.ring)
+
+  void fastify.register(async (scope) => {
+    scope.removeAllContentTypeParsers()
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined))
+
+    scope.post<{ Params: { id: string } }>('/v1/sessions/:id/exchanges', (request, reply) => {
+      reply.hijack()
+      return acceptExchange(deps, events, request.params.id, request.raw, reply.raw)
+    })
+
+    scope.post<{ Params: { id: string; eid: string } }>('/v1/sessions/:id/exchanges/:eid/cancel', (request, reply) => {
+      reply.hijack()
+      const res = reply.raw
+      try {
+        const key = deps.auth.authenticate(request.headers)
+        const sessionId = checkSessionId(request.params.id, 'path')
+        const exchangeId = request.params.eid
+        if (exchangeId.length === 0 || exchangeId.length > 128) throw new SluiceError('invalid_request', { field: 'path', reason: 'an exchange id is 1 to 128 characters' })
+        const n = deps.sessions.cancel(key.name, sessionId, exchangeId)
+        sendJson(res, 200, { exchangeId, sessionId, cancelled: n > 0 })
+      } catch (err) {
+        refuse(deps, res, SluiceError.from(err), request.raw)
+      }
+    })
+  })
+
+  fastify.get<{ Params: { id: string }; Querystring: { lastEventId?: string } }>('/v1/sessions/:id/events', (request, reply) => {
+    reply.hijack()
+    return streamEvents(deps, request.params.id, request.query.lastEventId, request.raw, reply.raw)
+  })
+}
+
+async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const ac = new AbortController()
+  const onClose = (): void => { if (!res.writableFinished) ac.abort() }
+  res.once('close', onClose)
+  let lane: LaneTicket | null = null
+  let holdings: Holdings | null = null
+  let turn: TurnTicket | null = null
+  let handedOff = false
+  try {
+    const key = deps.auth.authenticate(req.headers)
+    const sessionId = checkSessionId(rawId, 'path')
+    if (deps.ledger.draining) throw new SluiceError('shutting_down')
+    deps.admission.checkHeap()
+    const exchangeId = randomUUID()
+    // The acceptance check, synchronous, before anything is read or answered.
+    if (ac.signal.aborted) throw abortCause(ac.signal)
+    lane = deps.sessions.enter(key.name, sessionId, exchangeId)
+    holdings = new Holdings(deps.ledger, ['processing', 'upstream', 'http'])
+    const prepared = await readEnvelope(deps, req, holdings, 'exchange', ac.signal)
+    const route = prepared.envelope?.route as Route
+    turn = deps.turns.take(key, runIdentity(req))
+    const sessionKey = Lanes.key(key.name, sessionId)
+    const sink = new CollectingSink({
+      cap: Math.min(deps.config.limits.maxOutputBytes, deps.ring.maxPayload - 1024),
+      storage: deps.ledger.storage,
+      frameBytes: deps.config.limits.sseFrameBytes,
+      onFrame: (event, data) => {
+        if (!events.publish(sessionKey, 'turn_progress', { exchangeId, event, data })) {
+          events.publish(sessionKey, 'turn_progress', { exchangeId, event, data: null, dropped: 'larger than the event ring accepts' })
+        }
+      },
+    })
+    const run = runExchange(deps, route, req, sink as unknown as ServerResponse, {
+      exchangeId,
+      mode: 'events',
+      key,
+      sessionId,
+      lane,
+      turn,
+      holdings,
+      prepared,
+      onStarted: () => { events.publish(sessionKey, 'turn_started', { exchangeId, route, model: prepared.requestedModel }) },
+    })
+    handedOff = true
+    // Events of this exchange all come after this id: subscribe with it as Last-Event-ID.
+    const lastEventId = deps.ring.nextSeq - 1
+    deps.background.track(run.then((rec) => finishEvents(deps, events, sessionKey, sink, rec)).finally(() => sink.dispose()))
+    res.off('close', onClose)
+    sendJson(res, 202, { exchangeId, sessionId, lastEventId })
+  } catch (err) {
+    refuse(deps, res, ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err), req)
+  } finally {
+    if (!handedOff) {
+      res.off('close', onClose)
+      turn?.giveBack()
+      lane?.release()
+      if (holdings) { holdings.settle('processing'); holdings.settle('upstream'); holdings.settle('http') }
+    }
+  }
+}
+
+/** The exchange settled: one turn_complete or turn_error carries its result. */
+async function finishEvents (deps: ExchangeDeps, events: SessionEvents, session: Key64, sink: CollectingSink, rec: ExchangeRecord): Promise<void> {
+  const exchangeId = rec.exchangeId
+  const error = (code: ErrorCode, extra: Record<string, unknown> = {}): void => {
+    events.publish(session, 'turn_error', { exchangeId, code, error: catalogue[code].message, status: catalogue[code].status, ...extra })
+  }
+  if (rec.code !== 'ok' || sink.statusCode >= 400) {
+    // A refusal written before any byte is our JSON `{ code, error, ... }`: pass it on whole.
+    const body = sink.body
+    if (body && !sink.isEventStream) {
+      try {
+        const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>
+        if (typeof parsed.code === 'string') {
+          events.publish(session, 'turn_error', { ...parsed, exchangeId, status: sink.statusCode })
+          return
+        }
+      } catch {}
+    }
+    error(rec.code === 'ok' ? 'provider_error' : rec.code, { partial: rec.partial, frames: rec.frames })
+    return
+  }
+  if (sink.overflow !== 'none') {
+    error(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { bytes: sink.bytes })
+    return
+  }
+  if (sink.isEventStream) {
+    events.publish(session, 'turn_complete', { exchangeId, status: sink.statusCode, body: null, usage: rec.usage, frames: rec.frames })
+    return
+  }
+  const raw = sink.body
+  let body: unknown = null
+  if (raw) {
+    // Parsed under the parse permit only to embed it as JSON (bounded by the sink's cap).
+    await deps.ledger.parse.acquire({})
+    try {
+      body = JSON.parse(raw.toString('utf8'))
+    } catch {
+      body = raw.toString('utf8')
+    } finally {
+      deps.ledger.parse.release()
+    }
+  }
+  if (!events.publish(session, 'turn_complete', { exchangeId, status: sink.statusCode, body, usage: rec.usage })) {
+    error('output_too_large', { bytes: sink.bytes })
+  }
+}
+
+const HEARTBEAT_MS = 15_000
+const NEWLINE = Buffer.from('\n')
+
+async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string | undefined, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  let session: Key64
+  let cursor = -1
+  try {
+    const key = deps.auth.authenticate(req.headers)
+    const sessionId = checkSessionId(rawId, 'path')
+    session = Lanes.key(key.name, sessionId)
+    const header = req.headers['last-event-id']
+    const last = typeof header === 'string' && header.length > 0 ? header : queryLast
+    if (last !== undefined && last !== '') {
+      if (!/^\d{1,15}$/.test(last)) throw new SluiceError('invalid_request', { field: 'Last-Event-ID', reason: 'must be an event id (a decimal integer)' })
+      cursor = Number(last)
+    }
+  } catch (err) {
+    refuse(deps, res, SluiceError.from(err), null)
+    return
+  }
+  const ring = deps.ring
+  // Without Last-Event-ID a subscriber starts after the newest event: history is for replay.
+  if (cursor < 0) cursor = ring.nextSeq - 1
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' })
+  res.write(': sluice session events\n\n')
+  let open = true
+  let wake: (() => void) | null = null
+  const end = (): void => { open = false; wake?.() }
+  res.once('close', end)
+  deps.background.streams.add(end)
+  try {
+    while (open) {
+      const token = ring.changeToken
+      const r = ring.read(session, cursor)
+      if (r.gap) res.write(eventText('replay_gap', JSON.stringify({ after: cursor, oldest: r.oldest })) + '\n')
+      let bytes = 0
+      for (const e of r.events) bytes += e.payload.length
+      // The copies out of the ring are held until the socket takes them: reserved bytes.
+      if (bytes > 0 && !deps.ledger.storage.tryReserve(bytes)) {
+        res.write(eventText('stream_error', JSON.stringify({ code: 'storage_budget_exhausted', error: catalogue.storage_budget_exhausted.message, lastEventId: cursor })) + '\n')
+        break
+      }
+      let ok = true
+      for (const e of r.events) ok = res.write(Buffer.concat([Buffer.from(`id: ${e.seq}\n`), e.payload, NEWLINE])) && ok
+      cursor = r.cursor
+      if (!ok && open) await new Promise<void>((resolve) => { wake = resolve; res.once('drain', resolve) })
+      if (bytes > 0) deps.ledger.storage.release(bytes)
+      if (r.more || !open) continue
+      // Sleep until an append (any session's: cheap to re-check), the heartbeat, or the end.
+      await Promise.race([ring.changed(token, HEARTBEAT_MS), new Promise<void>((resolve) => { wake = resolve })])
+      wake = null
+      if (open && ring.changeToken === token) res.write(': ping\n\n')
+    }
+  } finally {
+    deps.background.streams.delete(end)
+    res.off('close', end)
+    if (!res.destroyed) res.end()
+  }
+}
