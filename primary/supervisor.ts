@@ -9,7 +9,11 @@ import { Worker } from 'node:worker_threads'
 import type { Config } from '../src/config/schema.ts'
 import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
 import type { Ledger, Reclaimed } from '../src/ledger/ledger.ts'
-import { repairRing } from '../src/events/ring.ts'
+import { EventRing, repairRing } from '../src/events/ring.ts'
+import { eventText } from '../src/events/text.ts'
+import type { LostEntry } from '../src/ledger/lanes.ts'
+import { PRIMARY_ROW } from '../src/ledger/layout.ts'
+import { SluiceError } from '../src/errors.ts'
 import type { Logger } from 'pino'
 
 const WORKER_MAIN = new URL('../worker/main.ts', import.meta.url)
@@ -43,6 +47,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
   private readonly config: Config
   private readonly ledger: Ledger
   private readonly events: SharedArrayBuffer
+  private readonly ring: EventRing
   private readonly log: Logger
   private readonly simUrl: string | null
   private readonly testHooks: boolean
@@ -54,6 +59,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     this.config = opts.config
     this.ledger = opts.ledger
     this.events = opts.events
+    this.ring = new EventRing(opts.events, PRIMARY_ROW)
     this.log = opts.log
     this.simUrl = opts.simUrl
     this.testHooks = opts.testHooks
@@ -157,14 +163,26 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       // the primary: if another dead worker holds the ledger lock, this waits for that
       // worker's own exit handler (which may steal the lock) on a later turn.
       void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r), generation).then((reclaimed) => {
-        // A worker that died holding the event ring's lock leaves it held: clear it.
+        // A worker that died holding the event ring's lock leaves it held: clear it. Then
+        // its non-blocking exchanges, which will never report their end, get one now.
         repairRing(this.events, w.row)
+        if (reclaimed.lost) void this.reportLost(reclaimed.lost)
         this.dead.delete(w.row)
         this.afterExit(w, generation, code, error, reclaimed, onStarted)
         onStarted = undefined
         handled()
       })
     })
+  }
+
+  /** A turn_error worker_lost event for each non-blocking exchange a dead worker left. */
+  private async reportLost (lost: LostEntry[]): Promise<void> {
+    for (const e of lost) {
+      if (!e.events) continue
+      const err = new SluiceError('worker_lost', { exchangeId: e.exchangeId, phase: e.active ? 'running' : 'queued' })
+      const payload = eventText('turn_error', JSON.stringify({ ...err.toBody(), exchangeId: e.exchangeId, status: err.status }))
+      while (this.ring.tryAppend(e.session, payload) === -1) await new Promise((resolve) => setImmediate(resolve))
+    }
   }
 
   private afterExit (w: WorkerState, generation: number, code: number, error: string | null, reclaimed: Reclaimed, onStarted: ((err?: Error) => void) | undefined): void {

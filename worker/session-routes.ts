@@ -19,6 +19,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import { SluiceError, abortCause, catalogue, type ErrorCode } from '../src/errors.ts'
 import { EventRing } from '../src/events/ring.ts'
+import { eventText } from '../src/events/text.ts'
 import { Lanes, type Key64 } from '../src/ledger/lanes.ts'
 import type { PrepareOk } from '../src/json/prepare.ts'
 import { readBody } from './body.ts'
@@ -96,13 +97,6 @@ export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, ho
   return result
 }
 
-/** The SSE text of one event, without its id line: `event:` and one `data:` per line. */
-export function eventText (type: string, data: string): Buffer {
-  let out = `event: ${type}\n`
-  for (const line of data.split(/\r\n|\r|\n/)) out += `data: ${line}\n`
-  return Buffer.from(out)
-}
-
 export class SessionEvents {
   private readonly ring: EventRing
   constructor (ring: EventRing) { this.ring = ring }
@@ -163,7 +157,7 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
     const exchangeId = randomUUID()
     // The acceptance check, synchronous, before anything is read or answered.
     if (ac.signal.aborted) throw abortCause(ac.signal)
-    lane = deps.sessions.enter(key.name, sessionId, exchangeId)
+    lane = deps.sessions.enter(key.name, sessionId, exchangeId, true)
     holdings = new Holdings(deps.ledger, ['processing', 'upstream', 'http'])
     const prepared = await readEnvelope(deps, req, holdings, 'exchange', ac.signal)
     const route = prepared.envelope?.route as Route
@@ -289,12 +283,12 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
     while (open) {
       const token = ring.changeToken
       const r = ring.read(session, cursor)
-      if (r.gap) res.write(eventText('replay_gap', JSON.stringify({ after: cursor, oldest: r.oldest })) + '\n')
+      if (r.gap) res.write(Buffer.concat([eventText('replay_gap', JSON.stringify({ after: cursor, oldest: r.oldest })), NEWLINE]))
       let bytes = 0
       for (const e of r.events) bytes += e.payload.length
       // The copies out of the ring are held until the socket takes them: reserved bytes.
       if (bytes > 0 && !deps.ledger.storage.tryReserve(bytes)) {
-        res.write(eventText('stream_error', JSON.stringify({ code: 'storage_budget_exhausted', error: catalogue.storage_budget_exhausted.message, lastEventId: cursor })) + '\n')
+        res.write(Buffer.concat([eventText('stream_error', JSON.stringify({ code: 'storage_budget_exhausted', error: catalogue.storage_budget_exhausted.message, lastEventId: cursor })), NEWLINE]))
         break
       }
       let ok = true

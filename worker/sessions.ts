@@ -11,6 +11,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { SluiceError } from '../src/errors.ts'
 import { Lanes } from '../src/ledger/lanes.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
+import { ENTRY_EVENTS } from '../src/ledger/layout.ts'
 
 export const SESSION_HEADERS = ['x-session-id', 'session-id', 'x-claude-code-session-id'] as const
 
@@ -95,9 +96,11 @@ export class SessionLanes {
    * cap (prompt_queue_full) or the lane table is full (capacity_exhausted); otherwise the
    * exchange is counted, ACTIVE or QUEUED. The caller checks its abort signal first.
    */
-  enter (keyName: string, sessionId: string, exchangeId: string): LaneTicket {
+  enter (keyName: string, sessionId: string, exchangeId: string, events = false): LaneTicket {
     const lanes = this.ledger.lanes
-    const r = lanes.enter(Lanes.key(keyName, sessionId), Lanes.exchangeKey(exchangeId))
+    const x = Lanes.exchangeKey(exchangeId)
+    if (x === null) throw new Error(`exchange id ${exchangeId} is not a UUID`)
+    const r = lanes.enter(Lanes.key(keyName, sessionId), x, events ? ENTRY_EVENTS : 0)
     if (r.ok) return new LaneTicket(lanes, sessionId, r.entry, r.active)
     if (r.reason === 'full') throw new SluiceError('prompt_queue_full', { sessionId, limit: r.limit, pendingCount: r.pendingCount })
     throw new SluiceError('capacity_exhausted', { gate: 'session', limit: r.limit },
@@ -106,7 +109,9 @@ export class SessionLanes {
 
   /** Flags the session's pending exchanges (or one of them) for cancellation, from any worker. */
   cancel (keyName: string, sessionId: string, exchangeId: string | null): number {
-    return this.ledger.lanes.requestCancel(Lanes.key(keyName, sessionId), exchangeId === null ? null : Lanes.exchangeKey(exchangeId))
+    if (exchangeId === null) return this.ledger.lanes.requestCancel(Lanes.key(keyName, sessionId), null)
+    const x = Lanes.exchangeKey(exchangeId)
+    return x === null ? 0 : this.ledger.lanes.requestCancel(Lanes.key(keyName, sessionId), x)
   }
 
   pending (keyName: string, sessionId: string): number {

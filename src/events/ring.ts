@@ -119,15 +119,29 @@ export class EventRing {
 
   /** Appends one event for a session; returns its sequence number, or 0 when too large. */
   append (session: readonly [number, number], payload: Uint8Array): number {
+    this.lock()
+    return this.appendLocked(session, payload)
+  }
+
+  /**
+   * append() for the primary, which must never park: -1 when another thread holds the lock
+   * after a short spin (retry on a later turn), else what append() returns.
+   */
+  tryAppend (session: readonly [number, number], payload: Uint8Array): number {
+    for (let spins = 0; spins < SPINS; spins++) {
+      if (Atomics.compareExchange(this.h, RG_LOCK, 0, this.token) === 0) return this.appendLocked(session, payload)
+    }
+    return -1
+  }
+
+  private appendLocked (session: readonly [number, number], payload: Uint8Array): number {
     const { h, d32 } = this
     if (payload.byteLength > this.maxPayload) {
-      this.lock()
       bump(h, RG_REFUSED)
       this.unlock()
       return 0
     }
     const size = REC_HEADER + ((payload.byteLength + 3) & ~3)
-    this.lock()
     let at: number
     for (;;) {
       at = this.placeLocked(size)

@@ -10,7 +10,7 @@
 //   lane block (Int32):  LN_PENDING_MAX LN_ACTIVE_MAX LN_ENTRIES LN_PENDING LN_ACTIVE LN_HWM
 //                        LN_NEXT_TICKET, then (lo, hi) totals
 //   entries:             LN_ENTRIES x { E_STATE, E_OWNER, E_TICKET, E_SESSION_A/B,
-//                                       E_EXCHANGE_A/B, E_CANCEL }
+//                                       E_EXCHANGE x4 (the exchange's UUID), E_CANCEL, E_FLAGS }
 //
 // There is no per-session record: a session *is* the set of non-FREE entries carrying its
 // 64-bit key (SHA-256 of "<key name>\0<session id>", so two gateway keys never share a lane).
@@ -76,8 +76,8 @@ import { SluiceError } from '../errors.ts'
 import type { LedgerCore } from './core.ts'
 import { bump, readTotal } from './gate.ts'
 import {
-  E_CANCEL, E_EXCHANGE_A, E_EXCHANGE_B, E_OWNER, E_SESSION_A, E_SESSION_B, E_STATE, E_TICKET, ENTRY_FIELDS,
-  LANE32_FIELDS, LANE_ACTIVE, LANE_FREE, LANE_QUEUED,
+  E_CANCEL, E_EXCHANGE, E_FLAGS, E_OWNER, E_SESSION_A, E_SESSION_B, E_STATE, E_TICKET, ENTRY_FIELDS,
+  ENTRY_EVENTS, LANE32_FIELDS, LANE_ACTIVE, LANE_FREE, LANE_QUEUED,
   LN_ACTIVE, LN_ACTIVE_MAX, LN_ENTRIES, LN_HWM, LN_NEXT_TICKET, LN_PENDING, LN_PENDING_MAX, LN_TOTALS,
   LT_CANCELS, LT_CANCEL_AFTER_PROMOTE, LT_CANCEL_REQUESTS, LT_ENTERED, LT_QUEUED, LT_RECLAIMED,
   LT_REFUSED_ENTRIES, LT_REFUSED_FULL, LT_RELEASED,
@@ -86,6 +86,21 @@ import { createHash } from 'node:crypto'
 
 /** A 64-bit key as two Int32 halves; (0, 0) is never produced. */
 export type Key64 = readonly [number, number]
+
+/** An exchange id (a UUID) as four Int32 words. */
+export type ExchangeKey = readonly [number, number, number, number]
+
+/** An entry a dead worker left: its exchange never reported its end. */
+export interface LostEntry {
+  session: Key64
+  exchangeId: string
+  /** The exchange reports through the session event ring (non-blocking mode). */
+  events: boolean
+  /** It was running (true) or still queued behind its session (false). */
+  active: boolean
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 export type EnterResult =
   | { ok: true; entry: number; active: boolean; pending: number }
@@ -138,9 +153,18 @@ export class Lanes {
     return key64(createHash('sha256').update(keyName).update('\0').update(sessionId).digest())
   }
 
-  /** 64 bits of an exchange id (any string), for cancel requests. */
-  static exchangeKey (exchangeId: string): Key64 {
-    return key64(createHash('sha256').update(exchangeId).digest())
+  /** The 128 bits of an exchange id, or null when it is not a UUID (no entry can match it). */
+  static exchangeKey (exchangeId: string): ExchangeKey | null {
+    const id = exchangeId.toLowerCase()
+    if (!UUID.test(id)) return null
+    const hex = id.replaceAll('-', '')
+    return [0, 1, 2, 3].map((i) => Number.parseInt(hex.slice(8 * i, 8 * i + 8), 16) | 0) as unknown as ExchangeKey
+  }
+
+  /** The UUID text of four exchange words. */
+  static exchangeIdOf (w: ArrayLike<number>): string {
+    const hex = Array.from({ length: 4 }, (_, i) => (w[i] >>> 0).toString(16).padStart(8, '0')).join('')
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
   }
 
   /** The pending cap per session (null when disabled). */
@@ -153,7 +177,7 @@ export class Lanes {
    * The synchronous acceptance check: refuse, or count the exchange into its session's lane
    * as ACTIVE (run now) or QUEUED (wait with waitActive). One critical section; never waits.
    */
-  enter (session: Key64, exchange: Key64): EnterResult {
+  enter (session: Key64, exchange: ExchangeKey, flags = 0): EnterResult {
     const { i32, base, core } = this
     if (this.size === 0) throw new Error('session lanes are disabled in this ledger')
     const [sa, sb] = session
@@ -195,8 +219,8 @@ export class Lanes {
     i32[at + E_TICKET] = ticket
     i32[at + E_SESSION_A] = sa
     i32[at + E_SESSION_B] = sb
-    i32[at + E_EXCHANGE_A] = exchange[0]
-    i32[at + E_EXCHANGE_B] = exchange[1]
+    for (let w = 0; w < 4; w++) i32[at + E_EXCHANGE + w] = exchange[w]
+    i32[at + E_FLAGS] = flags
     Atomics.store(i32, at + E_CANCEL, 0)
     // The state store commits the entry (owner, ticket and keys are set first).
     Atomics.store(i32, at + E_STATE, runNow ? LANE_ACTIVE : LANE_QUEUED)
@@ -280,7 +304,7 @@ export class Lanes {
    * given) and wakes their owners, who abort those exchanges and release their entries.
    * Returns the number of entries flagged now.
    */
-  requestCancel (session: Key64, exchange: Key64 | null): number {
+  requestCancel (session: Key64, exchange: ExchangeKey | null): number {
     if (this.size === 0) return 0
     const { i32, base, core } = this
     const flagged: number[] = []
@@ -290,7 +314,7 @@ export class Lanes {
       const at = this.entryBase + e * ENTRY_FIELDS
       if (i32[at + E_STATE] === LANE_FREE) continue
       if (i32[at + E_SESSION_A] !== session[0] || i32[at + E_SESSION_B] !== session[1]) continue
-      if (exchange && (i32[at + E_EXCHANGE_A] !== exchange[0] || i32[at + E_EXCHANGE_B] !== exchange[1])) continue
+      if (exchange && !sameExchange(i32, at, exchange)) continue
       if (Atomics.load(i32, at + E_CANCEL) !== 0) continue
       Atomics.store(i32, at + E_CANCEL, 1)
       flagged.push(at + E_CANCEL)
@@ -406,6 +430,10 @@ export class Lanes {
   }
 }
 
+function sameExchange (i32: Int32Array, at: number, x: ExchangeKey): boolean {
+  return i32[at + E_EXCHANGE] === x[0] && i32[at + E_EXCHANGE + 1] === x[1] && i32[at + E_EXCHANGE + 2] === x[2] && i32[at + E_EXCHANGE + 3] === x[3]
+}
+
 function key64 (d: Buffer): Key64 {
   let a = d.readInt32LE(0)
   const b = d.readInt32LE(4)
@@ -439,10 +467,11 @@ function lowerHwmLocked (i32: Int32Array, base: number, entryBase: number): void
  * and return the state words to notify after unlock (every ACTIVE entry: its promoter may
  * have died between the store and the notify) and the number of entries freed.
  */
-export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: number[]; reclaimed: number } {
+export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: number[]; reclaimed: number; lost: LostEntry[] } {
   const { i32, layout } = core
   const size = layout.dims.lanes
-  if (size === 0) return { notify: [], reclaimed: 0 }
+  const lost: LostEntry[] = []
+  if (size === 0) return { notify: [], reclaimed: 0, lost }
   const base = layout.lanes32
   const entryBase = base + LANE32_FIELDS
   // The high-water mark is derived too: a thread that died inside enter() may have raised it
@@ -450,7 +479,14 @@ export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: nu
   let reclaimed = 0
   for (let e = 0; e < size; e++) {
     const at = entryBase + e * ENTRY_FIELDS
-    if (Atomics.load(i32, at + E_STATE) !== LANE_FREE && Atomics.load(i32, at + E_OWNER) === row) {
+    const st = Atomics.load(i32, at + E_STATE)
+    if (st !== LANE_FREE && Atomics.load(i32, at + E_OWNER) === row) {
+      lost.push({
+        session: [i32[at + E_SESSION_A], i32[at + E_SESSION_B]],
+        exchangeId: Lanes.exchangeIdOf(i32.subarray(at + E_EXCHANGE, at + E_EXCHANGE + 4)),
+        events: (i32[at + E_FLAGS] & ENTRY_EVENTS) !== 0,
+        active: st === LANE_ACTIVE,
+      })
       Atomics.store(i32, at + E_STATE, LANE_FREE)
       reclaimed++
     }
@@ -494,7 +530,7 @@ export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: nu
   Atomics.store(i32, base + LN_PENDING, pending)
   Atomics.store(i32, base + LN_ACTIVE, active)
   if (reclaimed > 0) bump(i32, base + LN_TOTALS + LT_RECLAIMED, reclaimed)
-  return { notify, reclaimed }
+  return { notify, reclaimed, lost }
 }
 
 /** Initialises the lane block (primary, before any thread attaches). */

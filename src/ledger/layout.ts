@@ -116,10 +116,13 @@ export const E_OWNER = 1            // row of the thread running the exchange
 export const E_TICKET = 2
 export const E_SESSION_A = 3        // (A, B) = 64 bits of SHA-256("<key name>\0<session id>")
 export const E_SESSION_B = 4
-export const E_EXCHANGE_A = 5       // (A, B) = 64 bits of the exchange id (for cancel requests)
-export const E_EXCHANGE_B = 6
-export const E_CANCEL = 7           // 0, or 1 once a cancel was requested (waitAsync address)
-export const ENTRY_FIELDS = 8
+export const E_EXCHANGE = 5         // 4 cells: the exchange id (a UUID) as 128 bits, for cancel
+                                    // requests and for the primary to name a dead worker's exchanges
+export const E_CANCEL = 9           // 0, or 1 once a cancel was requested (waitAsync address)
+export const E_FLAGS = 10           // ENTRY_EVENTS: the exchange reports through the session event ring
+export const ENTRY_FIELDS = 11
+
+export const ENTRY_EVENTS = 1
 
 export const LANE_FREE = 0
 export const LANE_QUEUED = 1

@@ -35,7 +35,7 @@ import {
 import { errorCodes, type ErrorCode } from '../errors.ts'
 import { readTotal } from './gate.ts'
 import { RunTable } from './runs.ts'
-import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot } from './lanes.ts'
+import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot, type LostEntry } from './lanes.ts'
 
 if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
 const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
@@ -85,7 +85,15 @@ export interface LedgerSnapshot {
   draining: boolean
 }
 
-export interface Reclaimed { exchange: number; parse: number; bytes: number; lanes: number; lockStolen: boolean }
+export interface Reclaimed {
+  exchange: number
+  parse: number
+  bytes: number
+  lanes: number
+  lockStolen: boolean
+  /** Session-lane entries the dead thread left (their exchanges never reported an end). */
+  lost?: LostEntry[]
+}
 
 /** Wait defaults travel with the buffer so every thread applies the same ones. */
 export interface LedgerHandleInit { sab: SharedArrayBuffer; queueWaitMs: number; parseWaitMs: number }
@@ -202,6 +210,7 @@ export class Ledger {
     let parse = 0
     let bytes = 0
     let lanes = 0
+    let lost: LostEntry[] = []
     try {
       const ex = reclaimGateLocked(core, GATE_EXCHANGE, row)
       const pa = reclaimGateLocked(core, GATE_PARSE, row)
@@ -209,6 +218,7 @@ export class Ledger {
       parse = pa.reclaimed
       const ln = reclaimLanesLocked(core, row)
       lanes = ln.reclaimed
+      lost = ln.lost
       notify.push(...ex.granted, ...pa.granted, ...ln.notify)
       bytes = reclaimBytesLocked(core, row, lockStolen)
       const at = core.layout.row32(row)
@@ -218,7 +228,9 @@ export class Ledger {
       core.unlock()
     }
     for (const idx of notify) Atomics.notify(core.i32, idx)
-    return { exchange, parse, bytes, lanes, lockStolen }
+    const out: Reclaimed = { exchange, parse, bytes, lanes, lockStolen }
+    if (lost.length > 0) out.lost = lost
+    return out
   }
 
   snapshot (): LedgerSnapshot {

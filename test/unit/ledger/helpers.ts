@@ -181,7 +181,7 @@ if (isMainThread && import.meta.main) {
     t.same(idleProblems(c), [])
 
     const d = makeLedger()
-    const r = d.lanes.enter([1, 2], [3, 4])
+    const r = d.lanes.enter([1, 2], [3, 4, 5, 6])
     t.ok(r.ok)
     t.same(idleProblems(d), [
       'lanes.pending = 1', 'lanes.active = 1',

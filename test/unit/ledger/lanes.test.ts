@@ -5,13 +5,13 @@
 
 import t from 'tap'
 import { SluiceError } from '../../../src/errors.ts'
-import { Lanes, type Key64 } from '../../../src/ledger/lanes.ts'
+import { Lanes, type ExchangeKey, type Key64 } from '../../../src/ledger/lanes.ts'
 import { LANE_ACTIVE, LANE_FREE, LANE_QUEUED } from '../../../src/ledger/layout.ts'
 import { assertIdle, makeLedger, outcome, rowHandle, Settlements, turn } from './helpers.ts'
 
 const S1: Key64 = Lanes.key('team', 'session-1')
 const S2: Key64 = Lanes.key('team', 'session-2')
-const X = (n: number): Key64 => Lanes.exchangeKey(`exchange-${n}`)
+const X = (n: number): ExchangeKey => Lanes.exchangeKey(`00000000-0000-4000-8000-${n.toString(16).padStart(12, '0')}`)!
 
 interface Asserts { equal (a: unknown, b: unknown, ...m: [] | [string]): boolean; fail (...m: [] | [string]): boolean }
 
@@ -260,4 +260,28 @@ t.test('reclaim re-notifies a promotion whose promoter died before notifying', a
   t.equal(await wb, 'granted')
   live.lanes.release(b)
   assertIdle(t, ledger, { exactTotals: false })
+})
+
+t.test('exchange keys are the 128 bits of a UUID; anything else matches nothing', async (t) => {
+  const id = 'f47ac10b-58cc-4372-a567-0e02b2c3d479'
+  const k = Lanes.exchangeKey(id)!
+  t.equal(k.length, 4)
+  t.equal(Lanes.exchangeIdOf(k), id, 'round trip')
+  t.equal(Lanes.exchangeIdOf(Lanes.exchangeKey(id.toUpperCase())!), id, 'case-insensitive')
+  t.equal(Lanes.exchangeKey('not-a-uuid'), null)
+})
+
+t.test('a dead row\'s entries are reported as lost, with their exchange id, mode and state', async (t) => {
+  const ledger = makeLedger({ pendingPerSession: 0 })
+  const dead = rowHandle(ledger, 1)
+  const a = entered(t, dead.lanes.enter(S1, X(1), 1), true)
+  entered(t, dead.lanes.enter(S1, X(2)), false)
+  void a
+  const r = ledger.tryReclaimRow(1)!
+  t.same(r.lost, [
+    { session: S1, exchangeId: Lanes.exchangeIdOf(X(1)), events: true, active: true },
+    { session: S1, exchangeId: Lanes.exchangeIdOf(X(2)), events: false, active: false },
+  ])
+  t.equal(ledger.tryReclaimRow(1)!.lost, undefined, 'reported once')
+  assertIdle(t, ledger)
 })
