@@ -18,6 +18,7 @@
 import { availableParallelism, loadavg } from 'node:os'
 import { MessageChannel, MessagePort, Worker, isMainThread, parentPort, workerData } from 'node:worker_threads'
 import { attachLedger, createLedger, type LedgerHandleInit } from '../src/ledger/ledger.ts'
+import { Lanes } from '../src/ledger/lanes.ts'
 
 const QUICK = process.argv.includes('--quick')
 const ROUNDS = QUICK ? 3 : 7
@@ -332,8 +333,34 @@ async function main (): Promise<void> {
       plainBytes.reserved -= 1024
     }
   })
+  // (d) session lanes: enter (runs at once) + release, with 0 and with 32 other sessions pending
+  const lanes = ledger.lanes
+  const S = Lanes.key('bench', 'session')
+  const X = Lanes.exchangeKey('00000000-0000-4000-8000-000000000001')!
+  const laneOnce = (): void => {
+    const r = lanes.enter(S, X)
+    if (!r.ok || !r.active) throw new Error('uncontended lane enter did not run at once')
+    lanes.release(r.entry)
+  }
+  const laneIdle = timeSync(SYNC_OPS, (n) => { for (let i = 0; i < n; i++) laneOnce() })
+  const others: number[] = []
+  for (let i = 0; i < 32; i++) {
+    const r = lanes.enter(Lanes.key('bench', `other-${i}`), X)
+    if (r.ok) others.push(r.entry)
+  }
+  const laneBusy = timeSync(SYNC_OPS, (n) => { for (let i = 0; i < n; i++) laneOnce() })
+  for (const e of others) lanes.release(e)
+  const naiveLanes = new Map<string, number>()
+  const naiveLane = timeSync(SYNC_OPS, (n) => {
+    for (let i = 0; i < n; i++) {
+      const c = naiveLanes.get('session') ?? 0
+      if (c >= 5) throw new Error('full')
+      naiveLanes.set('session', c + 1)
+      if (c === 0) naiveLanes.delete('session'); else naiveLanes.set('session', c)
+    }
+  })
   const idle = ledger.snapshot()
-  if (idle.exchange.active !== 0 || idle.storage.reserved !== 0) throw new Error('bench left the ledger busy')
+  if (idle.exchange.active !== 0 || idle.storage.reserved !== 0 || idle.lanes.pending !== 0) throw new Error('bench left the ledger busy')
 
   // (b) cross-thread hand-off
   const hl = await handoffLedger()
@@ -361,6 +388,9 @@ async function main (): Promise<void> {
     op('byte budget tryReserve+release', budgetTry, 1),
     op('byte budget reserve+release', budgetReserve, 1),
     op('naive in-thread byte counter', naiveBytes, 1),
+    op('session lane enter+release (no other session)', laneIdle, 1),
+    op('session lane enter+release (32 other sessions pending)', laneBusy, 1),
+    op('naive in-thread per-session Map counter', naiveLane, 1),
   ])
   const row = (name: string, lat: number[], target: boolean): string[] => {
     const s = [...lat].sort((a, b) => a - b)
