@@ -96,11 +96,9 @@ export function buildApp (deps: AppDeps): App {
     }
     return reply.send(capabilities(deps.config, VERSION))
   })
-  // Long-lived event streams end first, or closing the server would wait for them forever.
-  fastify.addHook('preClose', (done) => {
-    for (const end of exchange.background.streams) end()
-    done()
-  })
+  // Background exchanges finish (their events still reach subscribers), then the long-lived
+  // event streams end: closing the server would otherwise wait for them forever.
+  fastify.addHook('preClose', async () => { await exchange.background.close() })
   if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission)
   return {
     fastify,

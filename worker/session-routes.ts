@@ -45,10 +45,13 @@ export class Background {
     void p.finally(() => this.exchanges.delete(p))
   }
 
-  /** Ends every event stream and waits for every background exchange. */
+  /**
+   * Waits for every background exchange (their results still reach the open event streams),
+   * then ends every event stream. New ones are refused meanwhile (the ledger is draining).
+   */
   async close (): Promise<void> {
-    for (const end of this.streams) end()
     while (this.exchanges.size > 0) await Promise.allSettled([...this.exchanges])
+    for (const end of this.streams) end()
   }
 }
 
@@ -280,7 +283,10 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
   res.once('close', end)
   deps.background.streams.add(end)
   try {
-    while (open) {
+    // One last read after the end is requested: a drain ends streams only once every
+    // background exchange has settled, and its final event must still go out.
+    for (let last = false; !last;) {
+      last = !open || res.destroyed
       const token = ring.changeToken
       const r = ring.read(session, cursor)
       if (r.gap) res.write(Buffer.concat([eventText('replay_gap', JSON.stringify({ after: cursor, oldest: r.oldest })), NEWLINE]))
@@ -296,7 +302,8 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
       cursor = r.cursor
       if (!ok && open) await new Promise<void>((resolve) => { wake = resolve; res.once('drain', resolve) })
       if (bytes > 0) deps.ledger.storage.release(bytes)
-      if (r.more || !open) continue
+      if (r.more) { last = false; continue }
+      if (last || !open) continue
       // Sleep until an append (any session's: cheap to re-check), the heartbeat, or the end.
       await Promise.race([ring.changed(token, HEARTBEAT_MS), new Promise<void>((resolve) => { wake = resolve })])
       wake = null

@@ -1,4 +1,4 @@
-// A worker that dies with session-lane entries: the primary reclaims them once, the session's
+// A worker that dies with session-lane entries, and a drain with event streams open: the primary reclaims them once, the session's
 // queue moves on (a request queued on another worker runs), and every non-blocking exchange
 // the dead worker ran or queued gets its end reported on the session's event stream
 // (turn_error worker_lost), so a subscriber never waits forever. Everything returns to idle.
@@ -84,4 +84,21 @@ t.test('a request queued on another worker runs once the dead worker\'s active o
   const r1 = await first
   t.not(r1.status, 200, 'the first died with its worker')
   t.same(await waitIdle(rig.gw), {}, 'back at idle')
+})
+
+t.test('drain: a background exchange finishes and its result reaches the open event stream before it ends', async (t) => {
+  const rig = await startRig({})
+  t.teardown(() => rig.sim.close())
+  const c = await clientOnRow(rig.gw.port, 1)
+  const sub = await clientOnRow(rig.gw.port, 1)
+  t.teardown(async () => { await c.close().catch(() => {}); await sub.close().catch(() => {}) })
+  const a = await post(c, '/v1/sessions/draining/exchanges', { route: 'chat', body: chatBody('finish me\n#sim ttft=500') })
+  t.equal(a.status, 202)
+  const stream = collect(sub, '/v1/sessions/draining/events', { 'last-event-id': String(a.json.lastEventId) }, () => false)
+  await until(() => rig.requests.length === 1, 'the exchange reached the provider')
+  rig.gw.proc.kill('SIGTERM')
+  const evs = await stream
+  t.same(evs.map((e) => e.event), ['turn_started', 'turn_complete'], 'the result arrived, then the stream ended')
+  t.equal(evs[1].data.exchangeId, a.json.exchangeId)
+  t.equal(await rig.gw.exited, 0, 'a clean exit')
 })
