@@ -65,10 +65,12 @@ function fetchOf (f: typeof fetch | undefined): SessionConfig['fetch'] {
   return (input, init) => impl(input, init)
 }
 
+/** The gateway's rule (1 to 256 printable characters), and no edge whitespace: a header value is trimmed. */
+export const MAX_SESSION_ID = 256
+
 function checkSessionId (id: unknown): asserts id is string {
-  if (typeof id !== 'string' || id.length === 0) throw new TypeError('a session id must be a non-empty string')
-  // It travels as a header value: no line breaks or NUL, and no edge whitespace (which headers trim).
-  if (/[\r\n\0]/.test(id) || id.trim() !== id) throw new TypeError(`session id ${JSON.stringify(id)} cannot be sent as a header value`)
+  if (typeof id !== 'string' || id.length === 0 || id.length > MAX_SESSION_ID) throw new TypeError(`a session id is a string of 1 to ${MAX_SESSION_ID} characters`)
+  if (/[\u0000-\u001f\u007f]/.test(id) || id.trim() !== id) throw new TypeError(`session id ${JSON.stringify(id)} has control characters or edge whitespace`)
 }
 
 export class SluiceClient {

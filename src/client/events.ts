@@ -15,19 +15,26 @@
 import { SluiceResponseError } from './errors.ts'
 import { SseParser } from './sse.ts'
 
-export interface TurnStartedEvent { type: 'turn_started'; id: string | null; exchangeId: string }
-/** One provider SSE frame of a streaming exchange: its event name (null when it had none) and data string. */
-export interface TurnProgressEvent { type: 'turn_progress'; id: string | null; exchangeId: string; event: string | null; data: string }
+/** The exchange holds its lane turn and an exchange permit (the gateway adds `route` and `model`). */
+export interface TurnStartedEvent { type: 'turn_started'; id: string | null; exchangeId: string; route?: string; model?: string; [field: string]: unknown }
+/**
+ * One provider SSE frame of a streaming exchange: its event name (null when it had none) and
+ * data string (null, with `dropped` saying why, when the frame was larger than the ring takes).
+ */
+export interface TurnProgressEvent { type: 'turn_progress'; id: string | null; exchangeId: string; event: string | null; data: string | null; dropped?: string }
 /** `body`: the provider's JSON for a non-streaming request; null for a stream. */
-export interface TurnCompleteEvent { type: 'turn_complete'; id: string | null; exchangeId: string; status: number; body: unknown }
-export interface TurnErrorEvent { type: 'turn_error'; id: string | null; exchangeId: string; code: string; error: string; [detail: string]: unknown }
-/** Events after `after` up to (not including) `oldest` were evicted from the server's ring before this reader asked. */
+export interface TurnCompleteEvent { type: 'turn_complete'; id: string | null; exchangeId: string; status: number; body: unknown; usage?: unknown; [field: string]: unknown }
+/** The catalogue refusal or failure that ended the exchange, e.g. `exchange_cancelled`. */
+export interface TurnErrorEvent { type: 'turn_error'; id: string | null; exchangeId: string; code: string; error: string; status?: number; [detail: string]: unknown }
+/** Events after `after` were evicted from the server's ring before this reader asked; `oldest` is the oldest kept. */
 export interface ReplayGapEvent { type: 'replay_gap'; id: string | null; after: string | number | null; oldest: string | number | null }
+/** The server ends this stream (e.g. `storage_budget_exhausted`); resume from `lastEventId`. */
+export interface StreamErrorEvent { type: 'stream_error'; id: string | null; code: string; error: string; lastEventId?: number | string; [detail: string]: unknown }
 export interface UnknownSessionEvent { type: 'unknown'; id: string | null; event: string; data: unknown }
 
-export type SessionEvent = TurnStartedEvent | TurnProgressEvent | TurnCompleteEvent | TurnErrorEvent | ReplayGapEvent | UnknownSessionEvent
+export type SessionEvent = TurnStartedEvent | TurnProgressEvent | TurnCompleteEvent | TurnErrorEvent | ReplayGapEvent | StreamErrorEvent | UnknownSessionEvent
 
-const KNOWN = new Set(['turn_started', 'turn_progress', 'turn_complete', 'turn_error', 'replay_gap'])
+const KNOWN = new Set(['turn_started', 'turn_progress', 'turn_complete', 'turn_error', 'replay_gap', 'stream_error'])
 
 export function toSessionEvent (status: number, id: string | null, event: string, data: string): SessionEvent {
   let value: unknown
@@ -41,7 +48,7 @@ export function toSessionEvent (status: number, id: string | null, event: string
   }
   if (!KNOWN.has(event)) return { type: 'unknown', id, event, data: value }
   const e = { ...value, type: event, id } as SessionEvent
-  if (e.type !== 'replay_gap' && typeof (e as { exchangeId?: unknown }).exchangeId !== 'string') {
+  if (e.type !== 'replay_gap' && e.type !== 'stream_error' && typeof (e as { exchangeId?: unknown }).exchangeId !== 'string') {
     throw new SluiceResponseError(status, `session event ${event} (id ${id}) has no exchangeId`)
   }
   return e

@@ -7,9 +7,10 @@
 // end paths may race to call it.
 //
 // What takes a reservation, and what releases it:
-//   fetch (bound; for SDKs)   a POST to /v1/chat/completions, /v1/responses or /v1/messages
-//                             (the routes that enter a session lane; any query string). Other
-//                             requests only get the headers. Released when the response body
+//   fetch (bound; for SDKs)   a POST to /v1/chat/completions, /v1/responses, /v1/messages or
+//                             /v1/messages/count_tokens (the routes that enter the gateway's
+//                             session lane; any query string). Other requests (GET /v1/models)
+//                             only get the headers. Released when the response body
 //                             is fully read, errors or is cancelled, when the request's signal
 //                             aborts, at once when there is no body, when fetch rejects
 //                             (http.ts releasingResponse), or late when the body is
@@ -40,7 +41,8 @@ export const ROUTE_PATHS: Readonly<Record<Route, string>> = {
   messages: '/v1/messages',
 }
 
-const COUNTED_PATHS = Object.values(ROUTE_PATHS)
+/** The routes the gateway puts in a session lane (count_tokens too: it is an exchange). */
+const COUNTED_PATHS = [...Object.values(ROUTE_PATHS), '/v1/messages/count_tokens']
 
 type FetchFn = (input: string | URL | Request, init?: RequestInit) => Promise<Response>
 
@@ -181,8 +183,9 @@ export class SluiceSession {
     const release = this.#reserve()
     const watch = this.#watching()
     try {
-      const exchangeId = await abortable(this.#accept(watch, route, body), signal, (id) => this.#cancelQuietly(id))
-      const result = watch.track(exchangeId, release, signal)
+      const accepted = await abortable(this.#accept(watch, route, body), signal, (a) => this.#cancelQuietly(a.exchangeId))
+      const { exchangeId } = accepted
+      const result = watch.track(exchangeId, release, signal, accepted.lastEventId)
       result.catch(() => {})
       return { exchangeId, result }
     } catch (err) {
@@ -252,8 +255,11 @@ export class SluiceSession {
     return res
   }
 
-  /** Waits for the event stream, POSTs the exchange, returns its id once accepted (202). */
-  async #accept (watch: Watch, route: Route, body: object): Promise<string> {
+  /**
+   * Waits for the event stream, POSTs the exchange, returns its id once accepted (202), and
+   * the 202's `lastEventId` (every event of the exchange comes after it) when given.
+   */
+  async #accept (watch: Watch, route: Route, body: object): Promise<{ exchangeId: string, lastEventId: string | null }> {
     await watch.ready
     const res = await this.#request('POST', `${this.#sessionPath()}/exchanges`, { headers: { accept: 'application/json' }, body: { route, body } })
     if (res.status !== 202) {
@@ -265,7 +271,9 @@ export class SluiceSession {
     }
     const answer = await readObject(res, 'submit')
     if (typeof answer.exchangeId !== 'string' || answer.exchangeId === '') throw new SluiceResponseError(res.status, 'submit: the 202 answer has no exchangeId')
-    return answer.exchangeId
+    const after = answer.lastEventId
+    const lastEventId = (typeof after === 'number' && Number.isSafeInteger(after) && after >= 0) || (typeof after === 'string' && /^\d+$/.test(after)) ? String(after) : null
+    return { exchangeId: answer.exchangeId, lastEventId }
   }
 
   #cancelQuietly (exchangeId: string): void {

@@ -18,8 +18,11 @@
 //
 // When the stream ends or fails while something is tracked, the Watch reconnects with
 // `Last-Event-ID` (up to `retries` times in a row, backing off 200 ms, 400 ms, ... 2 s; a
-// received event resets the count). It reconnects only once it has seen an event id: without
-// one, a new connection could not ask for what it missed. When it cannot resume, every
+// received event resets the count). The id is the last one seen; before any, the lowest
+// `lastEventId` of the tracked exchanges' 202 answers (the gateway promises every event of an
+// exchange comes after it). With neither, it does not reconnect: a new connection could not
+// ask for what it missed. A `stream_error` event is followed by the server ending the
+// stream, so it is handled as that end. When it cannot resume, every
 // tracked exchange is released and its result rejected with SluiceStreamError
 // ('event_stream_ended' | 'event_stream_failed'): the SDK no longer knows how it ends. A
 // `replay_gap` (the server evicted events this reader had not seen) does the same for the
@@ -32,12 +35,16 @@
 import { SluiceStreamError, SluiceTurnError, type StreamErrorCode } from './errors.ts'
 import { readEvents, type TurnCompleteEvent, type TurnErrorEvent, type SessionEvent } from './events.ts'
 
+/** The `turn_complete` event's data. */
 export interface TurnResult {
   exchangeId: string
-  /** The exchange's HTTP status as the gateway reported it in `turn_complete`. */
+  /** The exchange's HTTP status as the gateway reported it. */
   status: number
   /** The provider's JSON for a non-streaming request; null for a stream (its frames were `turn_progress` events). */
   body: unknown
+  /** Token usage as the gateway read it, when it did. */
+  usage?: unknown
+  [field: string]: unknown
 }
 
 export interface WatchHost {
@@ -71,7 +78,10 @@ function delay (ms: number, signal: AbortSignal): Promise<void> {
 }
 
 function outcome (e: TurnCompleteEvent | TurnErrorEvent): { ok: true, value: TurnResult } | { ok: false, error: SluiceTurnError } {
-  if (e.type === 'turn_complete') return { ok: true, value: { exchangeId: e.exchangeId, status: e.status, body: e.body } }
+  if (e.type === 'turn_complete') {
+    const { type: _type, id: _id, ...value } = e
+    return { ok: true, value }
+  }
   const { type: _type, id: _id, ...body } = e
   return { ok: false, error: new SluiceTurnError(body) }
 }
@@ -85,6 +95,8 @@ export class Watch {
   #tracked = new Map<string, Tracked>()
   #early = new Map<string, TurnCompleteEvent | TurnErrorEvent>()
   #lastEventId: string | null = null
+  /** Before any event id is seen: the lowest 202 `lastEventId` of what is tracked (a resume point too). */
+  #floor: number | null = null
   #done = false
   #failure: { code: StreamErrorCode, message: string, cause: unknown } | null = null
   #ac = new AbortController()
@@ -107,7 +119,7 @@ export class Watch {
    * Follows an accepted exchange until its terminal event, the caller's abort or the loss of
    * the stream. `release` runs exactly once, before the returned promise settles.
    */
-  track (exchangeId: string, release: () => void, signal: AbortSignal | undefined): Promise<TurnResult> {
+  track (exchangeId: string, release: () => void, signal: AbortSignal | undefined, acceptedAfter: string | null = null): Promise<TurnResult> {
     const early = this.#early.get(exchangeId)
     if (early !== undefined) {
       this.#early.delete(exchangeId)
@@ -124,6 +136,10 @@ export class Watch {
       release()
       this.#host.cancel(exchangeId)
       return Promise.reject(signal.reason)
+    }
+    if (this.#lastEventId === null && acceptedAfter !== null) {
+      const after = Number(acceptedAfter)
+      if (this.#floor === null || after < this.#floor) this.#floor = after
     }
     return new Promise<TurnResult>((resolve, reject) => {
       const finish = (): boolean => {
@@ -194,13 +210,18 @@ export class Watch {
     this.maybeStop()
   }
 
+  /** The Last-Event-ID for a (re)connect: the last id seen, else the 202s' floor, else none. */
+  #resumeFrom (): string | null {
+    return this.#lastEventId ?? (this.#floor === null ? null : String(this.#floor))
+  }
+
   async #run (): Promise<void> {
     let opened = false
     let attempt = 0
     for (;;) {
       let cause: unknown = null
       try {
-        const res = await this.#host.connect(this.#lastEventId, this.#ac.signal)
+        const res = await this.#host.connect(this.#resumeFrom(), this.#ac.signal)
         if (this.#done) {
           res.body?.cancel().catch(() => {})
           return
@@ -225,9 +246,9 @@ export class Watch {
         return
       }
       const code = cause === null ? 'event_stream_ended' : 'event_stream_failed'
-      if (this.#lastEventId === null || attempt >= this.#host.retries) {
+      if (this.#resumeFrom() === null || attempt >= this.#host.retries) {
         const why = cause === null ? 'the session event stream ended' : 'the session event stream failed'
-        const resume = this.#lastEventId === null ? ' before any event id (nothing to resume from)' : ` (${attempt} reconnects)`
+        const resume = this.#resumeFrom() === null ? ' before any event id (nothing to resume from)' : ` (${attempt} reconnects)`
         this.#fail(code, why + resume, cause)
         return
       }

@@ -62,7 +62,8 @@ t.test('connect() reads the limit from /v1/capabilities', async (t) => {
   const s = c.session('three')
   const held = []
   for (let i = 0; i < 3; i++) held.push(await s.fetch(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' }))
-  await t.rejects(s.fetch(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' }), { limit: 3, pendingCount: 3 })
+  const refused = await s.fetch(srv.url + '/v1/chat/completions', { method: 'POST', body: '{}' }).catch((e: unknown) => e)
+  t.match(refused, { name: 'PendingPromptLimitError', limit: 3, pendingCount: 3 })
   for (const r of held) await r.body!.cancel()
 
   caps = { name: 'sluice', version: '0.1.0', limits: { maxPendingPromptsPerSession: null }, features: [] }

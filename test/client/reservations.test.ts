@@ -310,17 +310,18 @@ t.test('headers', async (t) => {
   t.equal(s.pending, 0)
 })
 
-t.test('only the prompt routes are counted', async (t) => {
-  const client = new SluiceClient({ baseURL: srv.url, apiKey: KEY, maxPendingPromptsPerSession: 1 })
+t.test('only the routes the gateway lanes are counted', async (t) => {
+  const client = new SluiceClient({ baseURL: srv.url, apiKey: KEY, maxPendingPromptsPerSession: 2 })
   const s = client.session('routes')
   const counted = await post(s, 'hold', {}, '/v1/messages')
-  t.equal(s.pending, 1)
-  const models = await s.fetch(`${srv.url}/v1/models?mode=hold`)
   const tokens = await post(s, 'hold', {}, '/v1/messages/count_tokens')
-  t.equal(s.pending, 1, 'GET /v1/models and count_tokens take no reservation')
+  t.equal(s.pending, 2, 'messages and count_tokens (an exchange on the gateway too) are counted')
+  const models = await s.fetch(`${srv.url}/v1/models?mode=hold`)
+  const getChat = await s.fetch(`${srv.url}${CHAT}?mode=hold`)
+  t.equal(s.pending, 2, 'GET /v1/models and a GET of a prompt path take no reservation')
   t.equal(srv.requests.at(-1)!.headers['x-session-id'], 'routes', 'but carry the session header')
   endHeld()
-  await Promise.all([counted.text(), models.text(), tokens.text()])
+  await Promise.all([counted.text(), models.text(), tokens.text(), getChat.text()])
   t.equal(s.pending, 0)
 })
 
@@ -329,5 +330,6 @@ t.test('sessions: one object per id; ids that cannot be a header are refused', a
   t.equal(client.session('x'), client.session('x'))
   t.not(client.session('x'), client.session('y'))
   t.equal(client.pending('never-used'), 0)
-  for (const bad of ['', 'a\nb', 'a\rb', ' padded', 'nul\0']) t.throws(() => client.session(bad), TypeError, JSON.stringify(bad))
+  for (const bad of ['', 'a\nb', 'a\rb', ' padded', 'nul\0', 'tab\t', 'x'.repeat(257)]) t.throws(() => client.session(bad), TypeError, JSON.stringify(bad).slice(0, 20))
+  t.equal(client.session('x'.repeat(256)).id.length, 256, 'the gateway takes up to 256')
 })

@@ -4,7 +4,8 @@
 // terminal event before the 202, a dropped stream, an evicted ring). The end-to-end tests
 // run the same SDK against `sluice serve`.
 //
-//   POST /v1/sessions/:id/exchanges   {route, body} -> 202 {exchangeId, sessionId}; the
+//   POST /v1/sessions/:id/exchanges   {route, body} -> 202 {exchangeId, sessionId,
+//                                     lastEventId}; the
 //                                     exchange follows body.script (see Script)
 //   GET  /v1/sessions/:id/events      text/event-stream, `id`/`event`/`data`, Last-Event-ID
 //                                     replay from a ring of `ring` events, replay_gap when
@@ -29,6 +30,8 @@ export interface Script {
   acceptDelay?: number
   /** Refuse the POST with 503 prompt_queue_full. */
   refuse?: boolean
+  /** Leave `lastEventId` out of the 202 (an older server). */
+  noLastEventId?: boolean
 }
 
 interface Logged { seq: number, type: string, data: unknown }
@@ -59,6 +62,7 @@ export async function startSessionServer (opts: { key: string, ring?: number }):
   const logs = new Map<string, Logged[]>()
   const subs = new Map<string, Set<ServerResponse>>()
   const running = new Map<string, string>() // exchangeId -> session
+  const evicted = new Map<string, number>() // session -> the newest seq evicted from its log
 
   const logOf = (s: string): Logged[] => { let l = logs.get(s); if (!l) logs.set(s, l = []); return l }
   const subsOf = (s: string): Set<ServerResponse> => { let l = subs.get(s); if (!l) subs.set(s, l = new Set()); return l }
@@ -68,7 +72,7 @@ export async function startSessionServer (opts: { key: string, ring?: number }):
     const e = { seq: ++seq, type, data }
     const log = logOf(session)
     log.push(e)
-    if (log.length > ring) log.shift()
+    if (log.length > ring) evicted.set(session, log.shift()!.seq)
     if (type === 'turn_complete' || type === 'turn_error') running.delete(data.exchangeId as string)
     for (const res of subsOf(session)) res.write(frame(e))
   }
@@ -95,7 +99,7 @@ export async function startSessionServer (opts: { key: string, ring?: number }):
         const after = Number(last)
         const log = logOf(session)
         const oldest = log[0]?.seq ?? seq + 1
-        if (after + 1 < oldest) res.write(`event: replay_gap\ndata: ${JSON.stringify({ after: last, oldest: String(oldest) })}\n\n`)
+        if ((evicted.get(session) ?? 0) > after) res.write(`event: replay_gap\ndata: ${JSON.stringify({ after: last, oldest: String(oldest) })}\n\n`)
         for (const e of log) if (e.seq > after) res.write(frame(e))
       }
       const set = subsOf(session)
@@ -120,6 +124,8 @@ export async function startSessionServer (opts: { key: string, ring?: number }):
     }
     const exchangeId = `ex-${++nextExchange}`
     running.set(exchangeId, session)
+    // Every event of this exchange comes after this id (as the gateway's 202 says).
+    const accepted = script.noLastEventId ? { exchangeId, sessionId: session } : { exchangeId, sessionId: session, lastEventId: seq }
     const end = async (): Promise<void> => {
       for (let i = 0; i < (script.progress ?? 0); i++) emit(session, 'turn_progress', { exchangeId, event: null, data: `{"i":${i}}` })
       if (script.end === 'error') emit(session, 'turn_error', { exchangeId, code: 'provider_unavailable', error: 'the provider is unavailable', retryAfterSeconds: 1 })
@@ -129,11 +135,11 @@ export async function startSessionServer (opts: { key: string, ring?: number }):
     if (script.early) {
       await end()
       await sleep(script.after ?? 30)
-      json(res, 202, { exchangeId, sessionId: session })
+      json(res, 202, accepted)
       return
     }
     if (script.acceptDelay) await sleep(script.acceptDelay)
-    json(res, 202, { exchangeId, sessionId: session })
+    json(res, 202, accepted)
     if (script.after) await sleep(script.after)
     await end()
   })

@@ -22,11 +22,13 @@ const body = (script: Script = {}): object => ({ model: 'gpt-4o-mini', messages:
 t.test('turn_complete settles the result and releases; one shared event stream, closed when idle', async (t) => {
   const { s } = fresh({ limit: 3 })
   const subs = gw.subscribers()
-  const [a, b, c] = await Promise.all([s.submit('chat', body({ after: 50 })), s.submit('responses', body({ after: 80, progress: 3 })), s.submit('messages', body({ end: 'never' }))])
+  const [a, b, c] = await Promise.all([s.submit('chat', body({ end: 'never' })), s.submit('responses', body({ end: 'never', progress: 3 })), s.submit('messages', body({ end: 'never' }))])
   t.equal(s.pending, 3, 'accepted exchanges keep their reservation')
   t.equal(gw.subscribers(), subs + 1, 'one event stream for all of them')
   await t.rejects(s.submit('chat', body()), PendingPromptLimitError, 'the limit counts accepted exchanges')
-  t.same(await a.result, { exchangeId: a.exchangeId, status: 200, body: { route: 'chat', echo: body({ after: 50 }) } })
+  gw.finish(a.exchangeId, { route: 'chat' })
+  t.same(await a.result, { exchangeId: a.exchangeId, status: 200, body: { route: 'chat' } })
+  gw.finish(b.exchangeId)
   t.match(await b.result, { exchangeId: b.exchangeId, status: 200 })
   t.equal(s.pending, 1)
   t.equal(gw.subscribers(), subs + 1, 'still watching the third')
@@ -177,9 +179,22 @@ t.test('the stream is lost and cannot be resumed: every outstanding result rejec
   t.match(await c.result, { status: 200 }, 'a later submit works')
 })
 
-t.test('the stream ends before any event id: nothing to resume from', async (t) => {
+t.test('the stream ends before any event id: resumed from the 202\'s lastEventId', async (t) => {
   const { s } = fresh()
+  gw.emit(s.id, 'turn_progress', { exchangeId: 'before-our-time', event: null, data: 'x' })
   const a = await s.submit('chat', body({ end: 'never', silent: true }))
+  const accepted = gw.log(s.id).at(-1)!.seq
+  gw.dropSubscribers('end')
+  const resumed = await gw.srv.next(`/v1/sessions/${s.id}/events`)
+  t.equal(resumed.headers['last-event-id'], String(accepted), 'the 202 said every event of the exchange comes after it')
+  gw.finish(a.exchangeId)
+  t.match(await a.result, { exchangeId: a.exchangeId, status: 200 })
+  t.equal(s.pending, 0)
+})
+
+t.test('the stream ends before any event id, and no 202 gave one: nothing to resume from', async (t) => {
+  const { s } = fresh()
+  const a = await s.submit('chat', body({ end: 'never', silent: true, noLastEventId: true }))
   gw.dropSubscribers('end')
   const e = await a.result.catch((e: unknown) => e)
   t.match(e, { name: 'SluiceStreamError', code: 'event_stream_ended', message: /before any event id/ })
