@@ -62,6 +62,11 @@ export interface EventsOptions { lastEventId?: string; signal?: AbortSignal }
 export interface Submitted {
   exchangeId: string
   /**
+   * The 202's `lastEventId`: every event of this exchange comes after it, so
+   * `events({ lastEventId })` sees all of them (null when the gateway did not say).
+   */
+  lastEventId: string | null
+  /**
    * Settles when the exchange ends: TurnResult on turn_complete; SluiceTurnError on turn_error;
    * the signal's reason on abort; SluiceStreamError when the event stream is lost. It has a
    * handler attached already, so leaving it unobserved never raises an unhandled rejection.
@@ -187,7 +192,7 @@ export class SluiceSession {
       const { exchangeId } = accepted
       const result = watch.track(exchangeId, release, signal, accepted.lastEventId)
       result.catch(() => {})
-      return { exchangeId, result }
+      return { exchangeId, lastEventId: accepted.lastEventId, result }
     } catch (err) {
       release()
       throw err

@@ -28,6 +28,7 @@ t.test('turn_complete settles the result and releases; one shared event stream, 
   await t.rejects(s.submit('chat', body()), PendingPromptLimitError, 'the limit counts accepted exchanges')
   gw.finish(a.exchangeId, { route: 'chat' })
   t.same(await a.result, { exchangeId: a.exchangeId, status: 200, body: { route: 'chat' } })
+  t.match(a.lastEventId, /^\d+$/, 'the 202\'s lastEventId is passed on')
   gw.finish(b.exchangeId)
   t.match(await b.result, { exchangeId: b.exchangeId, status: 200 })
   t.equal(s.pending, 1)
