@@ -3,6 +3,7 @@
 
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfig, type Overrides } from '../src/config/load.ts'
+import { TracingConfigError, tracingFromEnv } from '../src/telemetry/tracing.ts'
 
 const USAGE = `usage: sluice <command> [options]
 
@@ -75,6 +76,8 @@ async function serve (args: string[]): Promise<number> {
   try {
     const { file, overrides } = parseServeArgs(args)
     loaded = loadConfig({ file, overrides })
+    // The OTEL_* variables are configuration too: a bad one stops the start, named.
+    tracingFromEnv(process.env, loaded.config.telemetry.serviceName)
   } catch (err) {
     return configFailure(err)
   }
@@ -107,7 +110,7 @@ function checkConfig (args: string[]): number {
 }
 
 function configFailure (err: unknown): number {
-  if (err instanceof ConfigError) {
+  if (err instanceof ConfigError || err instanceof TracingConfigError) {
     process.stderr.write(`sluice: invalid configuration: ${err.message}\n`)
     return 2
   }

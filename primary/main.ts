@@ -96,21 +96,27 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     await sim?.worker.terminate()
     throw err
   }
-  log.info({ port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
+  log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
 
   let shuttingDown: Promise<void> | null = null
   const shutdown = (reason = 'shutdown'): Promise<void> => {
     shuttingDown ??= (async () => {
-      log.info({ reason, active: ledger.exchange.snapshot().active }, 'draining')
+      const drainStarted = Date.now()
+      const at = ledger.exchange.snapshot()
+      log.info({ reason, active: at.active, queued: at.queued, drainMs: config.limits.drainMs }, 'draining')
       ledger.setDraining(true)
       supervisor.post({ type: 'drain' })
       const deadline = Date.now() + config.limits.drainMs
+      // Each worker says 'drained' once its server is closed and every exchange it ran —
+      // blocking, non-blocking (even one still queued in its session's lane) and JSON-RPC —
+      // has actually released, its events are out and its traces flushed.
       while (Date.now() < deadline) {
-        const s = ledger.snapshot()
-        if (s.exchange.active === 0 && s.exchange.queued === 0) break
+        if (supervisor.workers.every((w) => w.drained || w.worker === null)) break
         await new Promise((r) => setTimeout(r, 25))
       }
       const left = ledger.exchange.snapshot()
+      const timedOut = Date.now() >= deadline
+      log[left.active + left.queued > 0 ? 'warn' : 'info']({ reason, waitedMs: Date.now() - drainStarted, timedOut, active: left.active, queued: left.queued }, 'drained')
       await supervisor.stop()
       await new Promise<void>((resolve) => admin.close(() => resolve()))
       admin.closeAllConnections()

@@ -27,6 +27,8 @@ export interface WorkerState {
   worker: Worker | null
   generation: number
   listening: boolean
+  /** The worker said 'drained': its server is closed, its exchanges released, its tracer flushed. */
+  drained: boolean
   startedAt: number
   restarts: number
   backoffMs: number
@@ -65,7 +67,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     this.testHooks = opts.testHooks
     this.signingKey = opts.signingKey
     for (let i = 0; i < this.config.workers; i++) {
-      this.workers.push({ row: i + 1, worker: null, generation: 0, listening: false, startedAt: 0, restarts: 0, backoffMs: BACKOFF_MIN_MS, lastExit: null })
+      this.workers.push({ row: i + 1, worker: null, generation: 0, listening: false, drained: false, startedAt: 0, restarts: 0, backoffMs: BACKOFF_MIN_MS, lastExit: null })
     }
   }
 
@@ -135,6 +137,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     })
     w.worker = worker
     this.ledger.setThreadId(w.row, worker.threadId)
+    this.log.info({ worker: w.row, generation, threadId: worker.threadId, restarts: w.restarts }, 'worker started')
     let error: string | null = null
     worker.on('message', (msg: WorkerToPrimary) => {
       if (msg.type === 'listening') {
@@ -143,6 +146,9 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
         this.emit('listening', w)
         onStarted?.()
         onStarted = undefined
+      } else if (msg.type === 'drained') {
+        w.drained = true
+        this.log.info({ worker: w.row, generation }, 'worker drained')
       } else if (msg.type === 'fatal') {
         error = msg.error
         this.log.error({ worker: w.row, generation, err: msg.error }, 'worker failed')
@@ -189,19 +195,39 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     w.worker = null
     w.listening = false
     w.lastExit = { code, error, reclaimed }
-    const level = this.stopping ? 'info' : 'warn'
-    this.log[level]({ worker: w.row, generation, code, error, reclaimed }, 'worker exited')
+    const lived = Date.now() - w.startedAt
+    // Expected while stopping; otherwise a worker never exits on its own: a non-zero code is
+    // a death (error), a zero one still a worker gone (warn).
+    const level = this.stopping ? 'info' : code !== 0 ? 'error' : 'warn'
+    this.log[level]({ worker: w.row, generation, code, error, livedMs: lived, reclaimed: reclaimedFields(reclaimed), ...lostFields(reclaimed.lost) }, 'worker exited')
     this.emit('exit', w, reclaimed)
     if (onStarted) {
       onStarted(new Error(`worker ${w.row} exited during start-up (code ${code}${error ? `, ${error}` : ''})`))
       return
     }
     if (this.stopping) return
-    const lived = Date.now() - w.startedAt
     if (lived > HEALTHY_AFTER_MS) w.backoffMs = BACKOFF_MIN_MS
     const delay = w.backoffMs
     w.backoffMs = Math.min(BACKOFF_MAX_MS, w.backoffMs * 2)
     w.restarts++
+    this.log.info({ worker: w.row, generation, backoffMs: delay, restarts: w.restarts }, 'worker restart scheduled')
     setTimeout(() => { if (!this.stopping) this.spawn(w) }, delay).unref()
+  }
+}
+
+/** Lost exchanges named in a log line; the rest are counted. */
+const LOST_LOGGED = 32
+
+/** A dead worker's reclaimed holdings, as counts (the lost entries are listed by lostFields). */
+function reclaimedFields (r: Reclaimed): Record<string, unknown> {
+  return { exchange: r.exchange, parse: r.parse, bytes: r.bytes, lanes: r.lanes, lockStolen: r.lockStolen, lost: r.lost?.length ?? 0 }
+}
+
+/** The exchanges a dead worker left in session lanes (they never logged their own end). */
+function lostFields (lost: LostEntry[] | undefined): Record<string, unknown> {
+  if (!lost || lost.length === 0) return {}
+  return {
+    lost: lost.slice(0, LOST_LOGGED).map((e) => ({ exchangeId: e.exchangeId, mode: e.events ? 'events' : 'blocking', phase: e.active ? 'running' : 'queued' })),
+    ...(lost.length > LOST_LOGGED ? { lostNotListed: lost.length - LOST_LOGGED } : {}),
   }
 }

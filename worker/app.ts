@@ -19,6 +19,7 @@ import { registerRpc } from './rpc.ts'
 import { EventRing } from '../src/events/ring.ts'
 import { capabilities } from '../src/capabilities.ts'
 import { VERSION } from '../src/version.ts'
+import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
 import { Upstreams } from './upstream.ts'
 
 export interface AppDeps {
@@ -40,7 +41,10 @@ export interface App {
   close (): Promise<void>
 }
 
-export function buildApp (deps: AppDeps): App {
+export async function buildApp (deps: AppDeps): Promise<App> {
+  // Traces: only when the OTEL_* variables configure an exporter (validated by the primary).
+  const traceConfig = tracingFromEnv(process.env, deps.config.telemetry.serviceName)
+  const tracing = traceConfig ? await startTracing(traceConfig, { 'service.version': VERSION, 'sluice.worker': deps.ledger.row }) : null
   const fastify = Fastify({
     logger: false,
     // The gate, not the HTTP server, bounds concurrency; keep the server's own timeouts out
@@ -65,6 +69,7 @@ export function buildApp (deps: AppDeps): App {
     sessions: new SessionLanes(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
     background: new Background(),
+    tracing,
     signer: new Signer(deps.signingKey),
     log: (rec) => deps.log.info(rec, 'exchange'),
   }
@@ -107,7 +112,7 @@ export function buildApp (deps: AppDeps): App {
     async close () {
       // Background (non-blocking) exchanges still use the pools: they finish first.
       await exchange.background.close()
-      await Promise.all([exchange.upstreams.close(), exchange.parser.close()])
+      await Promise.all([exchange.upstreams.close(), exchange.parser.close(), tracing?.shutdown()])
     },
   }
 }

@@ -28,6 +28,8 @@ import type { TurnPins, TurnTicket } from './turns.ts'
 import { sessionIdOf, type LaneTicket, type SessionLanes } from './sessions.ts'
 import type { KeyConfig } from '../src/config/schema.ts'
 import type { PrepareOk } from '../src/json/prepare.ts'
+import { NO_TRACE, type ExchangeTrace, type Tracing } from '../src/telemetry/tracing.ts'
+import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS } from '../src/ledger/layout.ts'
 import { transportError, type Upstreams } from './upstream.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
 
@@ -57,6 +59,11 @@ export interface ExchangeDeps {
   parser: ParserPool
   turns: TurnPins
   sessions: SessionLanes
+  /** Run traces, when the OTEL_* variables configure an exporter. */
+  tracing: Tracing | null
+  /** Every exchange in flight is tracked: a drain waits for their actual release (and their
+   *  log line and trace) before the tracer and the pools are shut. */
+  background: { track (p: Promise<unknown>): void }
   signer: Signer
   log: (fields: Record<string, unknown>) => void
 }
@@ -88,7 +95,14 @@ export interface ExchangeRecord {
   usage: Record<string, number> | null
   partial: boolean
   evidence: boolean
+  /** The trace id, when this exchange is traced. */
+  traceId: string | null
+  /** Start -> the actual release of every permit, lane slot and byte (null: nothing was held). */
+  releaseMs: number | null
 }
+
+/** How long the exchange's log line waits for the actual release before it is written anyway. */
+const RELEASE_LOG_WAIT_MS = 30_000
 
 export function runIdentity (req: IncomingMessage): string | null {
   const run = req.headers['x-sluice-run-id']
@@ -147,7 +161,19 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     usage: null,
     partial: false,
     evidence: false,
+    traceId: null,
+    releaseMs: null,
   }
+  const tp = req.headers.traceparent
+  const trace: ExchangeTrace = deps.tracing?.start(typeof tp === 'string' ? tp : undefined, {
+    'sluice.exchange_id': rec.exchangeId,
+    'sluice.run_id': rec.runId,
+    'sluice.route': route,
+    'sluice.mode': rec.mode,
+    'sluice.session_id': rec.sessionId,
+  }) ?? NO_TRACE
+  rec.traceId = trace.traceId
+  let released: Promise<void> | null = null
   const ac = new AbortController()
   const signal = ac.signal
   const onClientClose = (): void => { if (!res.writableFinished) ac.abort() }
@@ -172,7 +198,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     const key = accepted?.key ?? deps.auth.authenticate(req.headers)
     rec.keyName = key.name
     if (!accepted) {
-      rec.sessionId = sessionIdOf(req.headers)
+      rec.sessionId = sessionIdOf(req.headersDistinct)
       turn = deps.turns.take(key, rec.runId)
       // The synchronous lane check: an aborted request is never counted.
       if (rec.sessionId !== null && deps.sessions.enabled) {
@@ -182,21 +208,42 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     }
     // A cancel request from any worker (non-blocking cancel, JSON-RPC session/cancel) aborts this exchange.
     lane?.watchCancel(() => ac.abort(new SluiceError('exchange_cancelled', { exchangeId: rec.exchangeId })))
+    trace.set({ 'sluice.key_name': key.name, 'sluice.session_id': rec.sessionId })
     if (lane && !lane.ranAtOnce) {
       rec.laneQueued = true
+      const laneSpan = trace.phase('session.lane', { 'sluice.session_id': rec.sessionId })
+      laneSpan.event('waiting for the session\'s turn')
       const laneAt = performance.now()
-      await lane.wait(signal)
-      rec.laneMs = performance.now() - laneAt
+      try {
+        await lane.wait(signal)
+      } finally {
+        rec.laneMs = performance.now() - laneAt
+        laneSpan.end({ 'sluice.wait_ms': rec.laneMs })
+      }
     }
 
     // 2. An exchange permit (FIFO, body still unread).
     let queuedAt = 0
-    holdings = await deps.admission.admit(signal, ['processing', 'upstream', 'http'], () => {
-      rec.queued = true
-      queuedAt = performance.now()
-    }, holdings ?? undefined)
-    if (rec.queued) rec.queueMs = performance.now() - queuedAt
+    const admission = trace.phase('admission')
+    try {
+      holdings = await deps.admission.admit(signal, ['processing', 'upstream', 'http'], () => {
+        rec.queued = true
+        queuedAt = performance.now()
+        admission.event('waiting for model capacity')
+      }, holdings ?? undefined)
+    } finally {
+      if (rec.queued) rec.queueMs = performance.now() - queuedAt
+      admission.end({ 'sluice.queued': rec.queued, 'sluice.wait_ms': rec.queueMs })
+    }
     const h = holdings
+    deps.ledger.observe(HIST_QUEUE_WAIT, rec.laneMs + rec.queueMs)
+    trace.event('exchange permit admitted', { 'sluice.run_id': rec.runId, 'sluice.queue_ms': rec.queueMs, 'sluice.lane_ms': rec.laneMs })
+    released = new Promise<void>((resolve) => h.onRelease(() => {
+      rec.releaseMs = performance.now() - started
+      deps.ledger.observe(HIST_TOTAL, rec.releaseMs)
+      trace.event('exchange released', { 'sluice.run_id': rec.runId })
+      resolve()
+    }))
     if (lane) { h.tookLane(lane); lane = null }
     if (!accepted) {
       if (res.closed) h.settle('http')
@@ -214,7 +261,12 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
       bodyBytes = body.byteLength
       rec.bytesIn = bodyBytes
-      prepared = await prepare(deps, h, route, body, signal)
+      const parse = trace.phase('parse', { 'sluice.bytes_in': bodyBytes })
+      try {
+        prepared = await prepare(deps, h, route, body, signal)
+      } finally {
+        parse.end()
+      }
     }
     if (prepared.body.byteLength !== bodyBytes) {
       h.reserve(prepared.body.byteLength)
@@ -233,14 +285,18 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     // 5. Upstream. The body buffer is released once the provider has answered.
     upstreamStarted = true
     const sent = performance.now()
+    const wait = trace.phase('provider.wait', { 'sluice.provider': rec.provider, 'sluice.model': rec.model })
     try {
       upstreamRes = await deps.upstreams.send({ provider, path: ROUTE_PATH[route], clientHeaders: req.headers, body: prepared.body, signal })
     } catch (err) {
       h.settle('upstream')
+      wait.end({ 'sluice.code': transportError(err, signal).code })
       throw err
     }
     const up = upstreamRes
     rec.ttfbMs = performance.now() - sent
+    deps.ledger.observe(HIST_FIRST_BYTE, rec.ttfbMs)
+    wait.end({ 'http.response.status_code': up.statusCode })
     up.body.once('close', () => h.settle('upstream'))
     h.unreserve(bodyBytes)
     bodyBytes = 0
@@ -251,9 +307,17 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     }
 
     // 7. Relay.
-    const outcome: Outcome = rec.stream && isEventStream(up.headers)
-      ? await relayStream({ deps, rec, route, up, res, holdings: h, signal })
-      : await relayBuffered({ deps, rec, route, up, res, holdings: h, signal })
+    const relay = trace.phase('relay', { 'sluice.stream': rec.stream })
+    deps.ledger.gauge(RG_STREAMS, 1)
+    let outcome: Outcome
+    try {
+      outcome = rec.stream && isEventStream(up.headers)
+        ? await relayStream({ deps, rec, route, up, res, holdings: h, signal })
+        : await relayBuffered({ deps, rec, route, up, res, holdings: h, signal })
+    } finally {
+      deps.ledger.gauge(RG_STREAMS, -1)
+    }
+    relay.end({ 'sluice.code': outcome.code, 'sluice.bytes_out': rec.bytesOut, 'sluice.frames': rec.frames, 'sluice.partial': rec.partial })
     rec.code = outcome.code
     rec.status = res.statusCode
   } catch (err) {
@@ -262,6 +326,9 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     // A turn is spent by an exchange that reached the provider; a local refusal gives it back.
     if (!upstreamStarted) turn?.giveBack()
     if (upstreamRes && !upstreamRes.body.destroyed) upstreamRes.body.destroy()
+    // The caller is about to see the outcome: the session may go on (Holdings.releaseLane).
+    lane?.release()
+    holdings?.releaseLane()
     if (!res.headersSent && !res.destroyed) {
       rec.status = se.status
       sendRefusal(deps, res, se, rec, accepted ? null : !holdings || bodyBytes === 0 ? req : null)
@@ -283,6 +350,26 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       await new Promise<void>((resolve) => res.once('close', () => resolve()))
       rec.totalMs = performance.now() - started
     }
+    // The record is written once everything is actually released (upstream closed too), so
+    // releaseMs and the trace's end are the real release. A release that never comes (a bug)
+    // still gets its line, with releaseMs null.
+    if (released) await Promise.race([released, new Promise((resolve) => setTimeout(resolve, RELEASE_LOG_WAIT_MS).unref())])
+    trace.end({
+      'sluice.code': rec.code,
+      'http.response.status_code': rec.status,
+      'sluice.model': rec.model,
+      'sluice.provider': rec.provider,
+      'sluice.stream': rec.stream,
+      'sluice.bytes_in': rec.bytesIn,
+      'sluice.bytes_out': rec.bytesOut,
+      'sluice.frames': rec.frames,
+      'sluice.partial': rec.partial,
+      'sluice.evidence': rec.evidence,
+      'sluice.total_ms': rec.totalMs,
+      'sluice.release_ms': rec.releaseMs,
+      'sluice.usage.input_tokens': rec.usage?.inputTokens,
+      'sluice.usage.output_tokens': rec.usage?.outputTokens,
+    })
     deps.log(rec as unknown as Record<string, unknown>)
   }
   return rec

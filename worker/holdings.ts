@@ -7,6 +7,7 @@
 // never released "when the handler returns".
 
 import type { Ledger } from '../src/ledger/ledger.ts'
+import { RG_INSPECTOR_BYTES, RG_PENDING_BYTES } from '../src/ledger/layout.ts'
 
 /** A session-lane entry (worker/sessions.ts), released with everything else. */
 export interface LaneHold { release (): void }
@@ -20,9 +21,11 @@ export class Holdings {
   private parse = false
   private bytes = 0
   private floating = 0
+  private inspectorBytes = 0
+  private pendingBytes = 0
   private pending: Set<Party>
   private released = false
-  private readonly onReleased: (() => void) | undefined
+  private onReleased: (() => void) | undefined
 
   constructor (ledger: Ledger, parties: readonly Party[], onReleased?: () => void) {
     this.ledger = ledger
@@ -49,14 +52,21 @@ export class Holdings {
   }
 
   /**
-   * The relay's floating reservation (framer buffer + bytes queued to the client), set to
-   * its current size: reserves or returns the difference. Throws when growth does not fit.
+   * The relay's floating reservation, set to its current size: `inspector` bytes held by the
+   * SSE framer (an unfinished frame), `pending` bytes held back or queued to the client.
+   * Reserves or returns the difference (throws when growth does not fit) and keeps this
+   * worker's stream gauges (sluice_stream_*_bytes) in step.
    */
-  setFloating (n: number): void {
+  setFloating (inspector: number, pending: number): void {
+    const n = inspector + pending
     const delta = n - this.floating
     if (delta > 0) this.reserve(delta)
     else if (delta < 0) this.unreserve(-delta)
     this.floating = n
+    this.ledger.gauge(RG_INSPECTOR_BYTES, inspector - this.inspectorBytes)
+    this.ledger.gauge(RG_PENDING_BYTES, pending - this.pendingBytes)
+    this.inspectorBytes = inspector
+    this.pendingBytes = pending
   }
 
   /** Returns part of this exchange's reservation early (e.g. a body buffer dropped). */
@@ -71,11 +81,28 @@ export class Holdings {
   /** The exchange's session-lane entry: released last, after the permit and the bytes. */
   tookLane (lane: LaneHold): void { this.assertOpen(); this.lane = lane }
 
+  /**
+   * Returns the session-lane entry now, before the rest: the relay calls it just before the
+   * caller can see the end of the result (the last bytes of a body, a stream's terminal
+   * event), so a caller that sends its next prompt the moment it has this one's answer is
+   * never refused by this one's slot. Idempotent.
+   */
+  releaseLane (): void {
+    if (this.lane) { const l = this.lane; this.lane = null; l.release() }
+  }
+
   /** The parse permit is a short hold: returned as soon as the parse settles. */
   releaseParse (): void {
     if (!this.parse) return
     this.parse = false
     this.ledger.parse.release()
+  }
+
+  /** Runs `fn` once everything is released (at once if it already is). */
+  onRelease (fn: () => void): void {
+    if (this.released) { fn(); return }
+    const prev = this.onReleased
+    this.onReleased = prev ? () => { prev(); fn() } : fn
   }
 
   get holdsExchange (): boolean { return this.exchange }
@@ -93,6 +120,10 @@ export class Holdings {
     this.released = true
     if (this.parse) { this.parse = false; this.ledger.parse.release() }
     if (this.bytes > 0) { const b = this.bytes; this.bytes = 0; this.floating = 0; this.ledger.storage.release(b) }
+    this.ledger.gauge(RG_INSPECTOR_BYTES, -this.inspectorBytes)
+    this.ledger.gauge(RG_PENDING_BYTES, -this.pendingBytes)
+    this.inspectorBytes = 0
+    this.pendingBytes = 0
     if (this.exchange) { this.exchange = false; this.ledger.exchange.release() }
     // The session's next exchange may run only once this one has released everything else.
     if (this.lane) { const l = this.lane; this.lane = null; l.release() }

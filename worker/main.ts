@@ -14,7 +14,7 @@ const send = (msg: WorkerToPrimary): void => port.postMessage(msg)
 
 const ledger = attachLedger(boot.ledger, boot.row)
 const log = createThreadLogger(boot.config.telemetry.logLevel).child({ worker: boot.row, generation: boot.generation })
-const app = buildApp({
+const app = await buildApp({
   config: boot.config,
   ledger,
   events: boot.events,

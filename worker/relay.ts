@@ -136,7 +136,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       let cut = before + chunk.length - framer.partialFrameBytes
       let admitted = 0
       try {
-        holdings.setFloating(framer.bufferedBytes + before + chunk.length + res.writableLength)
+        holdings.setFloating(framer.bufferedBytes, before + chunk.length + res.writableLength)
       } catch (err) {
         // No room to hold this chunk: none of it goes out, the stream ends here.
         tracker.fail(SluiceError.from(err).code, 'the stream needed more bytes than the storage budget had')
@@ -172,6 +172,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         admitted = 0
       }
       framesOut += admitted
+      // The caller is about to see the stream's terminal event: its session may go on now.
+      if (tracker.closed && failed === null) holdings.releaseLane()
       const ok = flush(chunk, cut)
       if (failed !== null) break
       if (!ok) await drained(res, signal, stallMs)
@@ -181,7 +183,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     if (se.code === 'client_stalled') {
       // Nobody is reading: no tail could be delivered. Cut the connection.
       if (!up.body.destroyed) up.body.destroy()
-      holdings.setFloating(0)
+      holdings.setFloating(0, 0)
       res.destroy()
       deps.ledger.countRefusal(se.code)
       rec.bytesOut = bytesOut
@@ -210,7 +212,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   } else {
     verdict = tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
   }
-  holdings.setFloating(0)
+  holdings.setFloating(0, 0)
   rec.bytesOut = bytesOut
   rec.frames = framesOut
   rec.usage = usageOf(tracker)
@@ -231,6 +233,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   }
   const record = failureRecord(err, rec, { frames: framesOut, bytes: bytesOut }, verdict.usage)
   const tail = inspector.failureTail(record, deps.signer.sign(record), tracker.tailContext())
+  holdings.releaseLane()
   await endResponse(res, tail)
   return { code: err.code }
 }
@@ -244,9 +247,19 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   let keptBytes = 0
   let keeping = true
   let bytesOut = 0
+  // The last chunk is held back until the end is known: the caller must not hold the whole
+  // body before the exchange's session slot is returned (see Holdings.releaseLane).
+  let held: Buffer | null = null
   try {
     for await (const data of up.body) {
       const chunk = data as Buffer
+      if (held !== null) {
+        const out: Buffer = held
+        held = null
+        if (!keeping) holdings.setFloating(0, 0)
+        bytesOut += out.length
+        if (!res.write(out)) await drained(res, signal, deps.config.limits.clientStallMs)
+      }
       if (keeping) {
         if (keptBytes + chunk.length <= cap && holdings.tryReserve(chunk.length)) {
           kept.push(chunk)
@@ -259,11 +272,12 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
           keptBytes = 0
         }
       }
-      bytesOut += chunk.length
-      if (!res.write(chunk)) await drained(res, signal, deps.config.limits.clientStallMs)
+      held = chunk
+      if (!keeping) holdings.setFloating(0, chunk.length)
     }
   } catch (err) {
     if (keptBytes > 0) holdings.unreserve(keptBytes)
+    holdings.setFloating(0, 0)
     const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     rec.bytesOut = bytesOut
     rec.partial = true
@@ -289,7 +303,11 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   }
   rec.partial = false
   rec.evidence = up.statusCode < 300
-  await endResponse(res)
+  holdings.releaseLane()
+  if (held !== null) bytesOut += (held as Buffer).length
+  rec.bytesOut = bytesOut
+  await endResponse(res, held ?? undefined)
+  holdings.setFloating(0, 0)
   return { code: 'ok' }
 }
 

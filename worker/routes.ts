@@ -21,7 +21,9 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
     for (const [path, route] of ROUTES) {
       scope.post(path, (req, reply) => {
         reply.hijack()
-        return runExchange(deps, route, req.raw, reply.raw)
+        const run = runExchange(deps, route, req.raw, reply.raw)
+        deps.background.track(run)
+        return run
       })
     }
   })

@@ -113,9 +113,11 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
     const sink = new CollectingSink({ cap: deps.config.limits.maxOutputBytes, storage: deps.ledger.storage, frameBytes: deps.config.limits.sseFrameBytes })
     handedOff = true
     try {
-      const rec = await runExchange(deps, prepared.envelope!.route as Route, req, sink as unknown as ServerResponse, {
+      const run = runExchange(deps, prepared.envelope!.route as Route, req, sink as unknown as ServerResponse, {
         exchangeId, mode: 'rpc', key, sessionId, lane, turn, holdings, prepared, signal: ac.signal,
       })
+      deps.background.track(run)
+      const rec = await run
       const body = sink.body
       if (rec.code === 'ok' && sink.statusCode < 400) {
         if (sink.overflow !== 'none') throw new SluiceError(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { exchangeId, bytes: sink.bytes })

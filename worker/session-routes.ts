@@ -35,7 +35,9 @@ export interface SessionDeps extends ExchangeDeps {
   background: Background
 }
 
-/** What runs without an HTTP request of its own: drain waits for it, or ends it. */
+/** Exchanges in flight (blocking ones until their actual release, non-blocking ones until
+ *  their result is published) and open event streams: a drain waits for the first, then
+ *  ends the second. */
 export class Background {
   readonly exchanges = new Set<Promise<unknown>>()
   readonly streams = new Set<() => void>()

@@ -7,7 +7,6 @@
 // by every HTTP worker; this file turns its results into catalogue refusals and owns the
 // release-once of one exchange's entry.
 
-import type { IncomingHttpHeaders } from 'node:http'
 import { SluiceError } from '../src/errors.ts'
 import { Lanes } from '../src/ledger/lanes.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
@@ -18,13 +17,17 @@ export const SESSION_HEADERS = ['x-session-id', 'session-id', 'x-claude-code-ses
 /** Longest session id accepted; a longer one is refused, never truncated (two ids must not merge). */
 export const MAX_SESSION_ID = 256
 
-/** The session id of a request, null when it names none; throws invalid_request when malformed. */
-export function sessionIdOf (headers: IncomingHttpHeaders): string | null {
+/**
+ * The session id of a request, null when it names none; throws invalid_request when
+ * malformed or given twice. Takes `req.headersDistinct`: Node joins a repeated header into one
+ * "a, b" string, which would silently make a third session.
+ */
+export function sessionIdOf (headers: Record<string, string[] | undefined>): string | null {
   for (const name of SESSION_HEADERS) {
     const v = headers[name]
     if (v === undefined) continue
-    if (Array.isArray(v)) throw new SluiceError('invalid_request', { header: name, reason: 'given more than once' }, `the ${name} header is given more than once`)
-    return checkSessionId(v, name)
+    if (v.length !== 1) throw new SluiceError('invalid_request', { header: name, reason: 'given more than once' }, `the ${name} header is given more than once`)
+    return checkSessionId(v[0], name)
   }
   return null
 }

@@ -17,7 +17,7 @@
 // Gates are numbered: GATE_EXCHANGE = 0, GATE_PARSE = 1.
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 2
+export const LAYOUT_VERSION = 3
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -137,7 +137,24 @@ export const R_HELD = 3             // + gate number: permits of that gate this 
  *  row's own thread with Atomics; summed over rows by the admin plane. */
 export const R_COUNTERS = R_HELD + GATES
 export const ROW_COUNTERS = 64
-export const ROW32_FIELDS = R_COUNTERS + 2 * ROW_COUNTERS
+/** Per-row gauges (layout version 3), written only by the row's own thread with Atomics.add. */
+export const R_GAUGES = R_COUNTERS + 2 * ROW_COUNTERS
+export const RG_STREAMS = 0           // relays in flight (active stream readers)
+export const RG_PENDING_BYTES = 1     // stream bytes held back or queued to the client
+export const RG_INSPECTOR_BYTES = 2   // bytes held by the SSE framer (an unfinished frame)
+export const RG_EVENT_STREAMS = 3     // open session event streams (GET /v1/sessions/:id/events)
+export const ROW_GAUGES = 4
+/** Per-row latency histograms (layout version 3): HIST_COUNT histograms of HIST_FIELDS cells. */
+export const R_HISTS = R_GAUGES + ROW_GAUGES
+export const HIST_QUEUE_WAIT = 0      // lane wait + exchange-gate wait, per admitted exchange
+export const HIST_FIRST_BYTE = 1      // upstream request -> response headers
+export const HIST_TOTAL = 2           // exchange start -> actual release
+export const HIST_COUNT = 3
+/** Upper bounds (ms) of the buckets; one more bucket (+Inf) follows. */
+export const HIST_BOUNDS_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000] as const
+/** (lo, hi) pairs: one per bucket incl. +Inf (not cumulative), then the sum in µs, then the count. */
+export const HIST_FIELDS = 2 * (HIST_BOUNDS_MS.length + 1) + 2 + 2
+export const ROW32_FIELDS = R_HISTS + HIST_COUNT * HIST_FIELDS
 
 export const ROW_UNUSED = 0
 export const ROW_ALIVE = 1

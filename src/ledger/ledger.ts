@@ -29,7 +29,7 @@ import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
   H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
-  ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS,
+  ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS, R_GAUGES, ROW_GAUGES, R_HISTS, HIST_FIELDS, HIST_BOUNDS_MS,
   computeLayout,
 } from './layout.ts'
 import { errorCodes, type ErrorCode } from '../errors.ts'
@@ -139,6 +139,48 @@ export class Ledger {
     if (Atomics.add(this.core.i32, at, 1) === -1) Atomics.add(this.core.i32, at + 1, 1)
   }
 
+  /** Adds `delta` to one of this thread's row gauges (RG_*): only the owner writes its row. */
+  gauge (which: number, delta: number): void {
+    if (delta !== 0) Atomics.add(this.core.i32, this.core.layout.row32(this.core.row) + R_GAUGES + which, delta)
+  }
+
+  /** Records one observation (ms) in one of this thread's histograms (HIST_*). */
+  observe (hist: number, ms: number): void {
+    const i32 = this.core.i32
+    const at = this.core.layout.row32(this.core.row) + R_HISTS + hist * HIST_FIELDS
+    let b = 0
+    while (b < HIST_BOUNDS_MS.length && ms > HIST_BOUNDS_MS[b]) b++
+    addPair(i32, at + 2 * b, 1)
+    const sum = at + 2 * (HIST_BOUNDS_MS.length + 1)
+    addPair(i32, sum, Math.max(0, Math.round(ms * 1000)))
+    addPair(i32, sum + 2, 1)
+  }
+
+  /** Row gauges summed over live rows (a dead row's gauges are zeroed by its reclaim). */
+  gauges (): number[] {
+    const { i32, layout } = this.core
+    const out = new Array<number>(ROW_GAUGES).fill(0)
+    for (let r = 0; r < layout.dims.rows; r++) {
+      for (let g = 0; g < ROW_GAUGES; g++) out[g] += Atomics.load(i32, layout.row32(r) + R_GAUGES + g)
+    }
+    return out
+  }
+
+  /** One histogram summed over every row: per-bucket counts (not cumulative), sum (ms), count. */
+  histogram (hist: number): { buckets: number[]; sumMs: number; count: number } {
+    const { i32, layout } = this.core
+    const buckets = new Array<number>(HIST_BOUNDS_MS.length + 1).fill(0)
+    let sumUs = 0
+    let count = 0
+    for (let r = 0; r < layout.dims.rows; r++) {
+      const at = layout.row32(r) + R_HISTS + hist * HIST_FIELDS
+      for (let b = 0; b < buckets.length; b++) buckets[b] += readTotal(i32, at + 2 * b)
+      sumUs += readTotal(i32, at + 2 * buckets.length)
+      count += readTotal(i32, at + 2 * buckets.length + 2)
+    }
+    return { buckets, sumMs: sumUs / 1000, count }
+  }
+
   /** Refusal totals by code, summed over every row (dead rows included: totals survive). */
   refusals (): Map<ErrorCode, number> {
     const out = new Map<ErrorCode, number>()
@@ -222,6 +264,8 @@ export class Ledger {
       notify.push(...ex.granted, ...pa.granted, ...ln.notify)
       bytes = reclaimBytesLocked(core, row, lockStolen)
       const at = core.layout.row32(row)
+      // A dead thread's gauges describe streams that no longer exist.
+      for (let g = 0; g < ROW_GAUGES; g++) Atomics.store(core.i32, at + R_GAUGES + g, 0)
       if (Atomics.exchange(core.i32, at + R_STATE, ROW_DEAD) === ROW_ALIVE) Atomics.add(core.i64, core.layout.budget64 + B_ROW_RECLAIMS, 1n)
       if (lockStolen) Atomics.add(core.i64, core.layout.budget64 + B_REPAIRS, 1n)
     } finally {
@@ -269,6 +313,13 @@ export class Ledger {
   private checkRow (row: number): void {
     if (!Number.isInteger(row) || row < 0 || row >= this.core.layout.dims.rows) throw new RangeError(`ledger row ${row} out of range`)
   }
+}
+
+/** Adds n to a (lo, hi) pair written by one thread only (the row's owner). */
+function addPair (i32: Int32Array, at: number, n: number): void {
+  for (; n > 0x7fffffff; n -= 0x7fffffff) addPair(i32, at, 0x7fffffff)
+  const before = Atomics.add(i32, at, n | 0) >>> 0
+  if (before + (n >>> 0) > 0xffffffff) Atomics.add(i32, at + 1, 1)
 }
 
 /** Primary: allocate and initialise the buffer; returns the primary's handle (row 0). */

@@ -214,12 +214,10 @@ t.test('no cap (maxPendingPromptsPerSession: 0): 8 pending in one session, all r
   t.equal(d.released, 8)
 })
 
-// BUG (reported, not fixed here): relayBuffered (worker/relay.ts) writes the whole
-// content-length body before it extracts usage under the parse permit and calls endResponse,
-// so the client can hold the complete response while the session slot is still held; a
-// caller that then sends its next prompt at limit 1 gets prompt_queue_full (pendingCount 1).
-// Seen mostly on a fresh gateway (about 1 in 60 here). Marked todo: it fails only sometimes.
-const SEQ_BUG = 'BUG: the session slot outlives the client-visible end of a buffered (non-stream) response'
+// Found by this test (about 1 in 60 before the fix): the session slot outlived the
+// client-visible end of a buffered response, so a caller that sent its next prompt at once at
+// limit 1 got prompt_queue_full. The relay now returns the lane slot before the last bytes go
+// out (Holdings.releaseLane), streams before their terminal event, refusals before the body.
 
 t.test('a caller that sends its next prompt only after reading the previous response in full is not refused (limit 1)', async (t) => {
   const r = await open({ maxPendingPromptsPerSession: 1 })
@@ -229,7 +227,7 @@ t.test('a caller that sends its next prompt only after reading the previous resp
     const x = await post(r, `seq.${i}`, s, 'tokens=3')
     if (x.status !== 200) refused.push(`#${i}: ${x.status} ${x.text.slice(0, 120)}`)
   }
-  t.same(refused, [], 'every sequential prompt accepted', { todo: refused.length > 0 ? SEQ_BUG : false })
+  t.same(refused, [], 'every sequential prompt accepted')
   t.equal(seen('seq.').length, 40 - refused.length, 'the refused ones never reached the provider')
   await settled(t, r)
 })

@@ -18,7 +18,7 @@ export interface Rig {
   close (): Promise<void>
 }
 
-export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[] } = {}): Promise<Rig> {
+export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[]; env?: Record<string, string> } = {}): Promise<Rig> {
   const sim = await startSim({ apiKey: PROVIDER_KEY })
   const requests: SimRequestEvent[] = []
   const ends: SimEndEvent[] = []
@@ -35,7 +35,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
     upstream: opts.upstream ?? {},
     keys: opts.keys ?? [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],
     providers,
-  }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY } })
+  }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY, ...opts.env } })
   return {
     sim,
     gw,
