@@ -82,7 +82,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err

@@ -6,17 +6,39 @@ import type { LedgerSnapshot } from '../src/ledger/ledger.ts'
 import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
 import type { RingSnapshot } from '../src/events/ring.ts'
+import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
   /** The session event ring, when there is one. */
   events?: () => RingSnapshot
+  /** Row gauges summed over workers (RG_* order), and one histogram (HIST_*). */
+  gauges?: () => number[]
+  histogram?: (hist: number) => { buckets: number[]; sumMs: number; count: number }
 }
+
+const HISTOGRAMS: Array<[hist: number, name: string, help: string]> = [
+  [HIST_QUEUE_WAIT, 'sluice_queue_wait_seconds', 'Time an admitted exchange waited for its session turn and its exchange permit.'],
+  [HIST_FIRST_BYTE, 'sluice_first_byte_seconds', 'Provider request to response headers (provider wait).'],
+  [HIST_TOTAL, 'sluice_exchange_seconds', 'Admitted exchange, start to the actual release of everything it held.'],
+]
 
 type Sample = [labels: Record<string, string | number> | null, value: number]
 
 class Writer {
   out = ''
+  /** A Prometheus histogram from per-bucket (not cumulative) counts over HIST_BOUNDS_MS. */
+  histogram (name: string, help: string, h: { buckets: number[]; sumMs: number; count: number }): void {
+    this.out += `# HELP ${name} ${help}\n# TYPE ${name} histogram\n`
+    let cum = 0
+    for (let b = 0; b < h.buckets.length; b++) {
+      cum += h.buckets[b]
+      const le = b < HIST_BOUNDS_MS.length ? String(HIST_BOUNDS_MS[b] / 1000) : '+Inf'
+      this.out += `${name}_bucket{le="${le}"} ${cum}\n`
+    }
+    this.out += `${name}_sum ${h.sumMs / 1000}\n${name}_count ${h.count}\n`
+  }
+
   metric (name: string, type: 'gauge' | 'counter', help: string, samples: Sample[] | number): void {
     this.out += `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n`
     if (typeof samples === 'number') { this.out += `${name} ${samples}\n`; return }
@@ -83,6 +105,16 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_session_events_total', 'counter', 'Session events by outcome.', [
       [{ outcome: 'appended' }, ring.appended], [{ outcome: 'evicted' }, ring.evicted], [{ outcome: 'refused' }, ring.refused],
     ])
+  }
+  const g = counters.gauges?.()
+  if (g) {
+    w.metric('sluice_stream_readers', 'gauge', 'Provider streams being relayed (active stream readers).', g[RG_STREAMS])
+    w.metric('sluice_stream_pending_bytes', 'gauge', 'Stream bytes held back (an unfinished frame) or queued to clients.', g[RG_PENDING_BYTES])
+    w.metric('sluice_stream_inspector_bytes', 'gauge', 'Bytes held by the SSE framers (inspector bytes).', g[RG_INSPECTOR_BYTES])
+    w.metric('sluice_session_event_streams', 'gauge', 'Open session event streams (GET /v1/sessions/:id/events).', g[RG_EVENT_STREAMS])
+  }
+  if (counters.histogram) {
+    for (const [hist, name, help] of HISTOGRAMS) w.histogram(name, help, counters.histogram(hist))
   }
   const refusals: Sample[] = [...counters.refusals()].map(([code, n]) => [{ code }, n])
   w.metric('sluice_refusals_total', 'counter', 'Refusals and failures sent to callers, by catalogue code.', refusals)

@@ -23,6 +23,7 @@ import { eventText } from '../src/events/text.ts'
 import { Lanes, type Key64 } from '../src/ledger/lanes.ts'
 import type { PrepareOk } from '../src/json/prepare.ts'
 import { readBody } from './body.ts'
+import { RG_EVENT_STREAMS } from '../src/ledger/layout.ts'
 import { runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
@@ -284,6 +285,7 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
   const end = (): void => { open = false; wake?.() }
   res.once('close', end)
   deps.background.streams.add(end)
+  deps.ledger.gauge(RG_EVENT_STREAMS, 1)
   try {
     // One last read after the end is requested: a drain ends streams only once every
     // background exchange has settled, and its final event must still go out.
@@ -312,6 +314,7 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
       if (open && ring.changeToken === token) res.write(': ping\n\n')
     }
   } finally {
+    deps.ledger.gauge(RG_EVENT_STREAMS, -1)
     deps.background.streams.delete(end)
     res.off('close', end)
     if (!res.destroyed) res.end()

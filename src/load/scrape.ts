@@ -25,6 +25,9 @@ export const IDLE_GAUGES = [
   'sluice_session_pending',
   'sluice_session_active',
   'sluice_session_queued',
+  'sluice_stream_readers',
+  'sluice_stream_pending_bytes',
+  'sluice_stream_inspector_bytes',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */
