@@ -26,8 +26,9 @@
 // tracked exchange is released and its result rejected with SluiceStreamError
 // ('event_stream_ended' | 'event_stream_failed'): the SDK no longer knows how it ends. A
 // `replay_gap` (the server evicted events this reader had not seen) does the same for the
-// exchanges tracked at that moment ('event_replay_gap'), since their terminal event may be
-// among the lost ones; the stream itself goes on.
+// exchanges tracked at that moment whose events may be among the lost ones
+// ('event_replay_gap'): all of them, except those whose 202 `lastEventId` shows every one of
+// their events is still kept (lastEventId + 1 >= the gap's `oldest`). The stream goes on.
 //
 // Every settlement path calls the tracked entry's release exactly once (the entry is removed
 // from the map before anything else happens, so no second path can find it).
@@ -59,6 +60,8 @@ export interface WatchHost {
 }
 
 interface Tracked {
+  /** The 202's lastEventId: every event of the exchange has a larger id (null: unknown). */
+  after: number | null
   settle (e: TurnCompleteEvent | TurnErrorEvent): void
   fail (err: unknown): void
 }
@@ -137,10 +140,8 @@ export class Watch {
       this.#host.cancel(exchangeId)
       return Promise.reject(signal.reason)
     }
-    if (this.#lastEventId === null && acceptedAfter !== null) {
-      const after = Number(acceptedAfter)
-      if (this.#floor === null || after < this.#floor) this.#floor = after
-    }
+    const after = acceptedAfter === null ? null : Number(acceptedAfter)
+    if (this.#lastEventId === null && after !== null && (this.#floor === null || after < this.#floor)) this.#floor = after
     return new Promise<TurnResult>((resolve, reject) => {
       const finish = (): boolean => {
         if (this.#tracked.get(exchangeId) !== entry) return false
@@ -156,6 +157,7 @@ export class Watch {
         this.maybeStop()
       }
       const entry: Tracked = {
+        after,
         settle: (e) => {
           if (!finish()) return
           const o = outcome(e)
@@ -203,7 +205,10 @@ export class Watch {
         if (this.#early.size > MAX_EARLY) this.#early.delete(this.#early.keys().next().value as string)
       }
     } else if (e.type === 'replay_gap') {
+      // Events before `oldest` are gone. An exchange accepted at or after oldest - 1 lost none.
+      const oldest = Number(e.oldest)
       for (const [id, t] of [...this.#tracked]) {
+        if (Number.isFinite(oldest) && t.after !== null && t.after + 1 >= oldest) continue
         t.fail(new SluiceStreamError('event_replay_gap', `the server evicted session events after ${String(e.after)} before they were read; the outcome of exchange ${id} is unknown`, id))
       }
     }

@@ -122,3 +122,19 @@ t.test('a local refusal through an SDK: nothing sent, the SDK reports a connecti
   running.controller.abort()
   t.equal(session.pending, 0)
 })
+
+t.test('an SDK\'s own retries wait for a slot: the refusal is retried with its backoff', async (t) => {
+  const client = new SluiceClient({ baseURL: sim.url, apiKey: KEY, maxPendingPromptsPerSession: 1 })
+  const session = client.session('retrying')
+  const openai = new OpenAI({ baseURL: sim.url + '/v1', apiKey: KEY, fetch: session.fetch }) // maxRetries: 2 by default
+  const running = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x\n#sim tokens=50 interval=20' }], stream: true })
+  const before = requests.length
+  const later = openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(requests.length, before, 'refused locally, not sent')
+  running.controller.abort()
+  const done = await later
+  t.type(done.choices[0].message.content, 'string', 'a retry after the slot freed went through')
+  t.equal(requests.length, before + 1, 'sent once')
+  t.equal(session.pending, 0)
+})

@@ -202,16 +202,22 @@ t.test('the stream ends before any event id, and no 202 gave one: nothing to res
   t.equal(s.pending, 0)
 })
 
-t.test('replay_gap: the outstanding exchanges whose events were evicted are released and rejected', async (t) => {
-  const { s } = fresh()
+t.test('replay_gap: the outstanding exchanges whose events were evicted are released and rejected; later ones go on', async (t) => {
+  const { s } = fresh({ retries: 8 })
   const a = await s.submit('chat', body({ end: 'never' }))
   gw.refuseEvents = 503
   gw.dropSubscribers('destroy')
   await until(() => gw.subscribers() === 0, 'dropped')
   for (let i = 0; i < 30; i++) gw.emit(s.id, 'turn_progress', { exchangeId: 'other', event: null, data: String(i) }) // overflows the ring of 20
+  // Accepted while the watch is reconnecting: its 202 lastEventId is after the evicted events.
+  const b = await s.submit('chat', body({ end: 'never' }))
+  t.equal(s.pending, 2)
   gw.refuseEvents = null
   const e = await a.result.catch((e: unknown) => e)
   t.match(e, { name: 'SluiceStreamError', code: 'event_replay_gap', exchangeId: a.exchangeId })
+  t.equal(s.pending, 1, 'the later exchange is still followed')
+  gw.finish(b.exchangeId)
+  t.match(await b.result, { exchangeId: b.exchangeId, status: 200 })
   t.equal(s.pending, 0)
 })
 
