@@ -180,7 +180,7 @@ export class EventRing {
     const oldest = readPair(h, RG_OLDEST_SEQ)
     const next = readPair(h, RG_NEXT_SEQ)
     const events: RingEvent[] = []
-    let gap = after > 0 && after + 1 < oldest
+    let gap = after + 1 < oldest
     let cursor = Math.max(after, oldest - 1)
     if (cursor >= next - 1 || h[RG_RECORDS] === 0) {
       this.unlock()
