@@ -137,7 +137,8 @@ t.test('the same refusal through blocking HTTP, non-blocking POST and JSON-RPC',
     t.notOk('exchangeId' in n.json, `${row.kind}: the non-blocking refusal issues no exchange id`)
     if (row.kind === 'prompt_queue_full') t.notOk('exchangeId' in b.json, `${row.kind}: nor the blocking one`)
     t.equal(rig.requests.length, sent, `${row.kind}: nothing reached the provider`)
-    // Polled: a refused blocking exchange releases its lane entry just after its answer.
+    // Polled: a refused non-blocking submit (invalid_json: its lane entry is taken before the
+    // envelope is read) releases the entry just after its answer (session-routes.ts acceptExchange).
     await until(() => pending(LIMIT), `${row.kind}: nothing counted`, 2000)
     t.pass(`${row.kind}: nothing counted`)
   }
