@@ -199,7 +199,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     // Expected while stopping; otherwise a worker never exits on its own: a non-zero code is
     // a death (error), a zero one still a worker gone (warn).
     const level = this.stopping ? 'info' : code !== 0 ? 'error' : 'warn'
-    this.log[level]({ worker: w.row, generation, code, error, livedMs: lived, reclaimed: reclaimedFields(reclaimed), ...lostFields(reclaimed.lost) }, 'worker exited')
+    this.log[level]({ worker: w.row, generation, code, error, livedMs: lived, reclaimed: reclaimedFields(reclaimed) }, 'worker exited')
     this.emit('exit', w, reclaimed)
     if (onStarted) {
       onStarted(new Error(`worker ${w.row} exited during start-up (code ${code}${error ? `, ${error}` : ''})`))
@@ -218,16 +218,17 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
 /** Lost exchanges named in a log line; the rest are counted. */
 const LOST_LOGGED = 32
 
-/** A dead worker's reclaimed holdings, as counts (the lost entries are listed by lostFields). */
+/**
+ * A dead worker's reclaimed holdings for its exit line. `lost`, when there are any: the
+ * exchanges it left in session lanes (they never logged their own end), by id, at most
+ * LOST_LOGGED of them, without their session keys.
+ */
 function reclaimedFields (r: Reclaimed): Record<string, unknown> {
-  return { exchange: r.exchange, parse: r.parse, bytes: r.bytes, lanes: r.lanes, lockStolen: r.lockStolen, lost: r.lost?.length ?? 0 }
-}
-
-/** The exchanges a dead worker left in session lanes (they never logged their own end). */
-function lostFields (lost: LostEntry[] | undefined): Record<string, unknown> {
-  if (!lost || lost.length === 0) return {}
-  return {
-    lost: lost.slice(0, LOST_LOGGED).map((e) => ({ exchangeId: e.exchangeId, mode: e.events ? 'events' : 'blocking', phase: e.active ? 'running' : 'queued' })),
-    ...(lost.length > LOST_LOGGED ? { lostNotListed: lost.length - LOST_LOGGED } : {}),
+  const out: Record<string, unknown> = { exchange: r.exchange, parse: r.parse, bytes: r.bytes, lanes: r.lanes, lockStolen: r.lockStolen }
+  const lost: LostEntry[] = r.lost ?? []
+  if (lost.length > 0) {
+    out.lost = lost.slice(0, LOST_LOGGED).map((e) => ({ exchangeId: e.exchangeId, mode: e.events ? 'events' : 'blocking', phase: e.active ? 'running' : 'queued' }))
+    if (lost.length > LOST_LOGGED) out.lostNotListed = lost.length - LOST_LOGGED
   }
+  return out
 }
