@@ -53,7 +53,10 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     requestTimeout: 0,
     bodyLimit: deps.config.limits.maxBodyBytes,
     return503OnClosing: true,
-    forceCloseConnections: 'idle',
+    // On close every connection is cut, but only after the preClose hook: by then every
+    // exchange has actually released (Background.close) and every event stream has ended, so
+    // what is left is idle keep-alive sockets (or a stray GET) that must not hold the drain.
+    forceCloseConnections: true,
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
   const limits = deps.config.limits

@@ -63,7 +63,7 @@ export interface ExchangeDeps {
   tracing: Tracing | null
   /** Every exchange in flight is tracked: a drain waits for their actual release (and their
    *  log line and trace) before the tracer and the pools are shut. */
-  background: { track (p: Promise<unknown>): void }
+  background: { track (p: Promise<unknown>): void; readonly aborts: Set<(err: SluiceError) => void> }
   signer: Signer
   log: (fields: Record<string, unknown>) => void
 }
@@ -178,6 +178,8 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
   const signal = ac.signal
   const onClientClose = (): void => { if (!res.writableFinished) ac.abort() }
   res.once('close', onClientClose)
+  const cut = (err: SluiceError): void => ac.abort(err)
+  deps.background.aborts.add(cut)
   const outer = accepted?.signal
   const onOuterAbort = (): void => ac.abort(outer?.reason)
   if (outer) { if (outer.aborted) onOuterAbort(); else outer.addEventListener('abort', onOuterAbort, { once: true }) }
@@ -338,6 +340,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     }
   } finally {
     res.off('close', onClientClose)
+    deps.background.aborts.delete(cut)
     outer?.removeEventListener('abort', onOuterAbort)
     // A lane entry not yet handed to the holdings (refused or aborted before a permit).
     lane?.release()

@@ -6,7 +6,11 @@ import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/contro
 import { attachLedger } from '../src/ledger/ledger.ts'
 import { createThreadLogger } from '../src/log.ts'
 import { buildApp } from './app.ts'
+import { SluiceError } from '../src/errors.ts'
 import { heapFigures } from './admission.ts'
+
+/** How long before the primary's drain deadline the worker cuts what is still running. */
+const DRAIN_CUT_MARGIN_MS = 250
 
 const boot = workerData as WorkerBoot
 const port = parentPort!
@@ -33,6 +37,13 @@ setInterval(reportHeap, 1000).unref()
 
 port.on('message', (msg: PrimaryToWorker) => {
   if (msg.type === 'drain') {
+    // Just before the primary's drain deadline, what is still running is cut with an honest
+    // ending (signed failure tail or refusal) rather than a socket torn down with the thread.
+    const cutAt = Math.max(0, boot.config.limits.drainMs - DRAIN_CUT_MARGIN_MS)
+    setTimeout(() => {
+      const n = app.exchange.background.cutAll(new SluiceError('shutting_down', { phase: 'drain deadline', drainMs: boot.config.limits.drainMs }))
+      if (n > 0) log.warn({ exchanges: n, drainMs: boot.config.limits.drainMs }, 'drain deadline: exchanges cut')
+    }, cutAt).unref()
     // Stop accepting; in-flight exchanges finish (fastify close waits for them).
     void app.fastify.close().then(() => app.close()).then(() => {
       log.flush()

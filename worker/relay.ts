@@ -288,18 +288,33 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     return { code: se.code }
   }
   rec.bytesOut = bytesOut
+  let malformed = false
   if (keeping && keptBytes > 0) {
     await takeParse(ctx)
     try {
-      const usage = inspector.extractUsage(Buffer.concat(kept, keptBytes))
+      const value = JSON.parse(Buffer.concat(kept, keptBytes).toString('utf8')) as unknown
+      const usage = inspector.usageFromJson(value)
       rec.usage = usage ? { ...usage } as Record<string, number> : null
     } catch {
       rec.usage = null
+      // A JSON answer that does not parse is the provider breaking its protocol.
+      malformed = isJson(up.headers)
     } finally {
       holdings.releaseParse()
       kept.length = 0
       holdings.unreserve(keptBytes)
     }
+  }
+  if (malformed) {
+    // Its last chunk is still held back: cut the connection so the caller sees a truncated
+    // body, never a complete-looking one that is not JSON, and nothing counts as evidence.
+    const err = new SluiceError('provider_protocol_error', {}, 'the provider answered with a body that is not valid JSON')
+    deps.ledger.countRefusal(err.code)
+    rec.partial = true
+    rec.evidence = false
+    holdings.setFloating(0, 0)
+    res.destroy()
+    return { code: err.code }
   }
   rec.partial = false
   rec.evidence = up.statusCode < 300
@@ -309,6 +324,11 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   await endResponse(res, held ?? undefined)
   holdings.setFloating(0, 0)
   return { code: 'ok' }
+}
+
+function isJson (headers: Dispatcher.ResponseData['headers']): boolean {
+  const ct = headers['content-type']
+  return typeof ct === 'string' && /^application\/(.+\+)?json\b/i.test(ct)
 }
 
 /** A fresh read of the tracker's first fatal (a call, so no stale type narrowing). */

@@ -147,6 +147,7 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
       sink.dispose()
     }
   } catch (err) {
+    if (!handedOff) lane?.release() // before the caller can see the error
     const se = ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err)
     const rpcId = se.details.rpcId
     if (id === null && (typeof rpcId === 'string' || typeof rpcId === 'number')) id = rpcId

@@ -42,6 +42,19 @@ export interface SessionDeps extends ExchangeDeps {
 export class Background {
   readonly exchanges = new Set<Promise<unknown>>()
   readonly streams = new Set<() => void>()
+  /** Aborts of the exchanges in flight, for the drain deadline (cutAll). */
+  readonly aborts = new Set<(err: SluiceError) => void>()
+
+  /**
+   * The drain deadline is near: every exchange still in flight ends now with `err`, so a
+   * caller that already has bytes gets the signed failure tail (not a bare socket close when
+   * the primary stops the worker), and one still waiting gets the JSON refusal.
+   */
+  cutAll (err: SluiceError): number {
+    const n = this.aborts.size
+    for (const abort of [...this.aborts]) abort(err)
+    return n
+  }
 
   track (p: Promise<unknown>): void {
     this.exchanges.add(p)
@@ -197,6 +210,8 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
     res.off('close', onClose)
     sendJson(res, 202, { exchangeId, sessionId, lastEventId })
   } catch (err) {
+    // The slot is returned before the caller can see the refusal (a retry must not meet it).
+    lane?.release()
     refuse(deps, res, ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err), req)
   } finally {
     if (!handedOff) {
