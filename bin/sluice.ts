@@ -85,7 +85,7 @@ async function serve (args: string[]): Promise<number> {
   try {
     const h = await startPrimary({ config: loaded.config, signals: true })
     if (loaded.demo) {
-      h.log.info({ port: h.port, adminPort: h.adminPort, key: 'sk-sluice-demo' }, 'demo config: the simulated provider on loopback; use the demo key')
+      h.log.info({ port: h.port, adminPort: h.adminPort, demoKey: 'sk-sluice-demo' }, 'demo config: the simulated provider on loopback; use the demo key')
     }
   } catch (err) {
     process.stderr.write(`sluice: cannot start: ${(err as Error).message}\n`)
