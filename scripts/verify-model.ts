@@ -1,13 +1,15 @@
-// Exhaustive model check of the ledger protocol: src/ledger/model/ledger.pml, with spin.
+// Exhaustive model check of the ledger protocol, with spin: src/ledger/model/ledger.pml (the
+// lock, the gates, the byte budget, reclaim) and src/ledger/model/lanes.pml (session lanes).
 //
 //   npm run verify:model [-- options]
 //
 // For every run below: `spin -a` (with the run's -D settings) in a temporary directory, gcc,
 // then the verifier (safety: assertions and invalid end states; -DNOREDUCE, no partial order
-// reduction, every interleaving), its output parsed into one table row. A property run (and
+// reduction, every interleaving), its output parsed into one table row. Each run names its
+// model (ledger.pml unless it says lanes.pml). A property run (and
 // a proposed fix, and an equivalent mutant) must complete with no error; a known defect and a
 // mutant must FAIL, on the property named for it. Then a vacuity check: every `@cover` event
-// of the model must be reached by some property run that compiles it. Exit 0 only when all of
+// of each model must be reached by some property run of that model that compiles it. Exit 0 only when all of
 // that holds; 1 otherwise (or when spin or gcc is missing); 2 on a bad option.
 //
 // Options:
@@ -31,12 +33,19 @@ import { fileURLToPath } from 'node:url'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 export const MODEL = join(ROOT, 'src/ledger/model/ledger.pml')
+export const LANES_MODEL = join(ROOT, 'src/ledger/model/lanes.pml')
+export type ModelName = 'ledger' | 'lanes'
+export const MODELS: Readonly<Record<ModelName, string>> = { ledger: MODEL, lanes: LANES_MODEL }
+/** The model a run checks. */
+export const modelOf = (spec: RunSpec): ModelName => spec.model ?? 'ledger'
 
 export type Kind = 'property' | 'known-defect' | 'proposed-fix' | 'mutant' | 'equivalent'
 
 export interface RunSpec {
   readonly name: string
   readonly kind: Kind
+  /** The model file (default: ledger.pml). */
+  readonly model?: ModelName
   /** -D settings for spin -a (the model's configuration and mutants). */
   readonly defines: readonly string[]
   readonly expect: 'pass' | 'fail'
@@ -68,6 +77,63 @@ const P = (name: string, defines: string[], what: string, extra: Partial<RunSpec
   ({ name, kind: 'property', defines, expect: 'pass', what, ...extra })
 const M = (name: string, defines: string[], catches: string[], what: string): RunSpec =>
   ({ name: `mutant:${name}`, kind: 'mutant', defines, expect: 'fail', catches, what })
+
+// Session lanes (lanes.pml). Workers run one exchange at a time (OPS each), in a session they
+// pick; callers are patient (no abort), abort at any moment while queued (racing the
+// promotion), or (STREAMS) run until a cancel request reaches them.
+const L_LIVE = ['MAX_DEATHS=0']
+const L_DEATH = ['MAX_DEATHS=1']
+const L_FIFO = ['NW=3', 'NSESS=1', 'OPS=1', 'OPS1=2', 'CAP=0', 'NE=3']   // worker 1 twice: entry reuse, 2 queued
+const L_TWO = ['NW=3', 'NSESS=2', 'CAP=2', 'NE=3']
+const L_ONE = ['NW=3', 'NSESS=1', 'CAP=3', 'NE=3']
+const L_SMALL = ['NW=2', 'NSESS=1', 'CAP=0', 'NE=2']
+const L_CANCEL = ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=1']
+const LP = (name: string, defines: string[], what: string, extra: Partial<RunSpec> = {}): RunSpec =>
+  ({ name: `lanes-${name}`, model: 'lanes', kind: 'property', defines, expect: 'pass', what, ...extra })
+const LM = (name: string, defines: string[], catches: string[], what: string): RunSpec =>
+  ({ name: `mutant:lanes-${name}`, model: 'lanes', kind: 'mutant', defines, expect: 'fail', catches, what })
+
+const LANE_RUNS: readonly RunSpec[] = [
+  LP('fifo', [...L_FIFO, ...L_LIVE, 'SPURIOUS=1'], '1 session, 3 workers (one enters twice): FIFO behind the active one, aborts racing promotions, entry reuse, stray wake-ups'),
+  LP('two-sessions', [...L_TWO, ...L_LIVE], '2 sessions, pending cap 2: refusals at the cap, sessions independent'),
+  LP('death', [...L_ONE, ...L_DEATH], '1 session, cap 3, a worker dies at any step (inside the lock too); patient waiters'),
+  LP('entries-death', ['NW=3', 'NSESS=2', 'CAP=2', 'NE=2', ...L_DEATH], '2 sessions, a table of 2 entries (capacity refusals), a death'),
+  LP('cancel-death', ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'CANCELS=1', ...L_DEATH], 'cancel requests (all of a session or one exchange) from a canceller, anyone dies; exchanges also end by themselves (with long ones: D4)'),
+  LP('two-deaths', ['NW=3', 'NSESS=1', 'CAP=0', 'NE=3', 'MAX_DEATHS=2', 'ABORTS=0'], 'two of three workers die, exits in any order; patient waiters'),
+  LP('active2-death', [...L_ONE, 'AMAX=2', ...L_DEATH], 'two active per session (activePerSession = 2), a death'),
+  LP('termination', [...L_TWO, ...L_LIVE], 'no cycle: every execution ends, so "no invalid end state" is liveness', { np: true }),
+  LP('two-sessions-death', [...L_TWO, ...L_DEATH], '2 sessions, cap 2, 3 workers, a death', { full: true }),
+  LP('two-deaths-aborts', ['NW=3', 'NSESS=1', 'CAP=3', 'NE=3', 'MAX_DEATHS=2'], 'two deaths, waiters patient or aborting', { full: true }),
+  LP('fifo-deep', ['NW=3', 'NSESS=1', 'OPS=2', 'CAP=0', 'NE=3', ...L_LIVE], 'every worker enters twice', { full: true }),
+
+  // D4 (README.md "Findings"): a cancel request is lost when its requester dies between the
+  // flag and the notify; long exchanges (STREAMS) end only by a cancel, so it shows as a
+  // thread blocked forever. The proposed fix (the reclaim notifies flagged entries) holds.
+  { name: 'defect:D4-cancel-lost-when-requester-dies', model: 'lanes', kind: 'known-defect', expect: 'fail', catches: ['invalid end state'],
+    defines: ['NW=1', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'PATIENT=0', 'ABORTS=0', ...L_DEATH],
+    what: 'the requester dies between E_CANCEL = 1 and its notify: the exchange never learns of the cancel, and a retry flags nothing' },
+  { name: 'fix:D4-reclaim-notifies-flagged', model: 'lanes', kind: 'proposed-fix', expect: 'pass', defines: [...L_CANCEL, ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
+    what: 'the reclaim also notifies every flagged entry\'s E_CANCEL: patient, aborting and long exchanges, a canceller, a death' },
+  { name: 'fix:D4-two-sessions', model: 'lanes', kind: 'proposed-fix', expect: 'pass', full: true, defines: ['NW=2', 'NC=1', 'NSESS=2', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=1', ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
+    what: 'the fix, cancel requests across two sessions (a wrong session flags nothing), a death' },
+  { name: 'fix:D4-cancel-twice', model: 'lanes', kind: 'proposed-fix', expect: 'pass', full: true, defines: ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=2', 'ABORTS=0', ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
+    what: 'the fix, two cancel requests (the second finds the entries flagged), a death' },
+
+  LM('naive-wait', [...L_SMALL, ...L_LIVE, 'MUT_NAIVE_WAIT'], ['invalid end state'], 'waitActive: "QUEUED?" then sleep, as two steps: lost wake-up'),
+  LM('reclaim-no-renotify', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_RENOTIFY'], ['invalid end state'], 'reclaim notifies only what it promotes: a promoter that died before its notify strands a patient waiter'),
+  LM('promote-by-index', [...L_FIFO, ...L_LIVE, 'MUT_PROMOTE_BY_INDEX'], ['F1_fifo'], 'promotion takes the session\'s first QUEUED entry by index, not the oldest ticket'),
+  LM('promote-any-session', [...L_TWO, ...L_LIVE, 'MUT_PROMOTE_ANY_SESSION'], ['N1_one_active'], 'promotion takes the oldest QUEUED entry of any session'),
+  LM('withdraw-no-promote', ['NW=3', 'NSESS=1', 'CAP=0', 'NE=3', ...L_LIVE, 'MUT_WITHDRAW_NO_PROMOTE'], ['N3_no_lost_wakeup'], 'an abort that lost the race to a promotion frees the entry without promoting the next'),
+  LM('release-no-promote', [...L_SMALL, ...L_LIVE, 'MUT_RELEASE_NO_PROMOTE'], ['N3_no_lost_wakeup'], 'release frees the entry without promoting the next'),
+  LM('cap-off-by-one', [...L_ONE, 'CAP=2', ...L_LIVE, 'MUT_CAP_OFF_BY_ONE'], ['N2_pending_cap'], 'enter() refuses only when pending > cap'),
+  LM('reclaim-no-recompute', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_RECOMPUTE'], ['N4_derived_counters'], 'reclaim adjusts LN_PENDING by what it freed instead of counting the entries'),
+  LM('reclaim-keeps-hwm', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_KEEPS_HWM'], ['N4_derived_counters'], 'reclaim keeps LN_HWM (a death inside enter() or freeLocked leaves it stale)'),
+  LM('reclaim-no-promote', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_PROMOTE'], ['N3_no_lost_wakeup'], 'reclaim frees a dead row\'s ACTIVE entry without promoting the next'),
+  // Equivalent, like fast-path-ignores-queue: N3 (a QUEUED entry implies its session runs
+  // AMAX) makes enter()'s `queued === 0` test redundant outside the lock.
+  { name: 'equivalent:lanes-enter-ignores-queue', model: 'lanes', kind: 'equivalent', expect: 'pass', defines: [...L_ONE, 'CAP=0', ...L_DEATH, 'MUT_ENTER_IGNORES_QUEUE'],
+    what: 'enter() runs at once when active < max, whoever queues (no barging is possible anyway: N3)' },
+]
 
 export const RUNS: readonly RunSpec[] = [
   // Properties P1-P5 (and the budget's B1) on several gate sizes, without and with a death.
@@ -120,6 +186,9 @@ export const RUNS: readonly RunSpec[] = [
   // behaviour; it stays in the code as defence in depth.
   { name: 'equivalent:fast-path-ignores-queue', kind: 'equivalent', expect: 'pass', defines: [...SMALL_DEATH, 'MUT_BARGE'],
     what: 'the fast path tests only active < max (no barging is possible anyway: G3)' },
+
+  // ---- session lanes (lanes.pml): N1-N4, F1, E1, R1 ----
+  ...LANE_RUNS,
 ]
 
 // ---- running spin -----------------------------------------------------------------------
@@ -157,7 +226,7 @@ export interface PanReport {
   unreached: Set<number>
 }
 
-const PROPERTY_NAME = /\b(P[1-5]_[a-z_]+|B1_budget|L1_lock_discipline|S1_slot_ownership)\b/
+const PROPERTY_NAME = /\b(P[1-5]_[a-z_]+|B1_budget|L1_lock_discipline|S1_slot_ownership|N[1-4]_[a-z_]+|F1_fifo|E1_[a-z_]+|R1_[a-z_]+|S2_entry_ownership)\b/
 
 /** Parses a pan run's standard output. */
 export function parsePan (out: string): PanReport {
@@ -261,10 +330,11 @@ export interface Tools { spin: string; cc: string; memlim: number }
 export async function verify (spec: RunSpec, base: string, tools: Tools, wantTrail: boolean): Promise<Outcome> {
   const dir = join(base, spec.name.replace(/[^a-zA-Z0-9_.-]/g, '_'))
   mkdirSync(dir, { recursive: true })
-  copyFileSync(MODEL, join(dir, 'ledger.pml'))
+  const file = `${modelOf(spec)}.pml`
+  copyFileSync(MODELS[modelOf(spec)], join(dir, file))
   const dflags = spec.defines.map((d) => `-D${d}`)
   const blank = { errors: null, states: null, depth: null, seconds: null, memoryMb: null, unreached: new Set<number>(), compiled: new Set<number>(), dir }
-  const gen = await exec(tools.spin, ['-a', ...dflags, 'ledger.pml'], dir)
+  const gen = await exec(tools.spin, ['-a', ...dflags, file], dir)
   if (gen.code !== 0) return { spec, ok: false, result: 'ERROR', detail: `spin -a: ${(gen.stdout + gen.stderr).trim().split('\n')[0]}`, ...blank }
   const big = spec.expect === 'pass'
   const cflags = [big ? '-O1' : '-O0', '-w', `-DMEMLIM=${spec.memlim ?? tools.memlim}`, '-DNOREDUCE', ...(spec.collapse ? ['-DCOLLAPSE'] : []),
@@ -286,12 +356,13 @@ export async function verify (spec: RunSpec, base: string, tools: Tools, wantTra
 }
 
 /** Model lines that are bookkeeping (loop counters, ghosts, syntax), left out of a replay. */
-const NOISE = /^(od|fi|do|if|\}|\};|skip|else|::|fi \}|od \}|od;|fi;|k\+\+|k = 0;?|:: k < N[SR] ->|:: else -> (skip|break|k = 0; break)|best = NONE;|slot = NONE; k = 0;|g = 0; wt = 0; k = 0;|d_step \{ x = 0; y = 0 \}|s = NONE;|#.*|assert\(.*|lastGrant = .*|if :: dead\[sowner.*|op = 0; slot = 0;.*|believe\[me\] = 0; sleeping.*|:: k < NS && .*)$/
+const NOISE = /^(od|fi|do|if|\}|\};|skip|else|::|fi \}|od \}|od;|fi;|k\+\+|k = 0;?|:: k < N[SR] ->|:: else -> (skip|break|k = 0; break)|best = NONE;|slot = NONE; k = 0;|g = 0; wt = 0; k = 0;|d_step \{ x = 0; y = 0 \}|s = NONE;|#.*|assert\(.*|lastGrant = .*|if :: dead\[sowner.*|op = 0; slot = 0;.*|believe\[me\] = 0; sleeping.*|:: k < NS && .*|:: k < NE ->.*|if :: cmask .*|j = 0;|j\+\+|:: j < NE && j < HWM ->|:: else -> j = 0; break|nmask = 0; cmask = 0;|snap.*|k = 0; do .*|d_step \{|w = 0 \}|reclaim_end: skip|reclaims\[w\]\+\+; r = 0; stolen = 0 \}|:: else ->|:: k >= NE.*)$/
 
 /** A readable counterexample: one line per (thread, model line), with the code's function. */
 async function replay (spec: RunSpec, dir: string, tools: Tools): Promise<string> {
-  const t = await exec(tools.spin, ['-t', '-p', ...spec.defines.map((d) => `-D${d}`), 'ledger.pml'], dir)
-  const src = readFileSync(join(dir, 'ledger.pml'), 'utf8').split('\n')
+  const file = `${modelOf(spec)}.pml`
+  const t = await exec(tools.spin, ['-t', '-p', ...spec.defines.map((d) => `-D${d}`), file], dir)
+  const src = readFileSync(join(dir, file), 'utf8').split('\n')
   const steps = [...t.stdout.matchAll(/^\s*\d+:\s+proc\s+(\d+)\s+\(([^)]*)\)\s+\S+\.pml:(\d+)/gm)]
   const initPid = steps.find((m) => m[2].startsWith(':init:'))?.[1]
   const who = (pid: string, name: string): string => {
@@ -312,12 +383,12 @@ async function replay (spec: RunSpec, dir: string, tools: Tools): Promise<string
     last = key
     const text = textOf(Number(m[3]))
     if (NOISE.test(text)) continue
-    lines.push(`    ${who(m[1], m[2]).padEnd(9)} ledger.pml:${m[3].padEnd(4)} ${text}`)
+    lines.push(`    ${who(m[1], m[2]).padEnd(9)} ${file}:${m[3].padEnd(4)} ${text}`)
   }
   const end: string[] = []
   for (const l of t.stdout.split('\n')) {
     const m = /^\s*\d+:\s+proc\s+(\d+)\s+\(([^)]*)\)\s+\S+\.pml:(\d+)\s+\(state \d+\)( <valid end state>)?\s*$/.exec(l)
-    if (m) end.push(`    ${who(m[1], m[2]).padEnd(9)} ${m[4] ? 'ended' : 'BLOCKED'} at ledger.pml:${m[3]}  ${textOf(Number(m[3]))}`)
+    if (m) end.push(`    ${who(m[1], m[2]).padEnd(9)} ${m[4] ? 'ended' : 'BLOCKED'} at ${file}:${m[3]}  ${textOf(Number(m[3]))}`)
   }
   return [...lines, '    -- where every thread stopped:', ...end].join('\n')
 }
@@ -326,15 +397,15 @@ async function replay (spec: RunSpec, dir: string, tools: Tools): Promise<string
 
 export interface CoverEvent { name: string; line: number; reached: boolean; compiled: boolean }
 
-/** `@cover name` markers of the model; reached = some passing property run compiled the line
-    and did not report it unreached. */
-export function coverage (model: string, outcomes: readonly Outcome[]): CoverEvent[] {
+/** `@cover name` markers of a model's text; reached = some passing property run of that model
+    (`name`, default ledger) compiled the line and did not report it unreached. */
+export function coverage (model: string, outcomes: readonly Outcome[], name: ModelName = 'ledger'): CoverEvent[] {
   const events: CoverEvent[] = []
   model.split('\n').forEach((text, i) => {
     for (const m of text.matchAll(/@cover ([\w-]+)/g)) events.push({ name: m[1], line: i + 1, reached: false, compiled: false })
   })
   for (const o of outcomes) {
-    if (o.spec.kind !== 'property' || !o.ok || o.spec.np) continue
+    if (o.spec.kind !== 'property' || !o.ok || o.spec.np || modelOf(o.spec) !== name) continue
     for (const e of events) {
       if (!o.compiled.has(e.line)) continue
       e.compiled = true
@@ -396,7 +467,7 @@ async function main (argv: readonly string[]): Promise<number> {
   let runs = RUNS.filter((r) => (has('--full') || !r.full) && (mutants || (r.kind !== 'mutant' && r.kind !== 'equivalent')))
   if (only) runs = RUNS.filter((r) => only.some((o) => r.name.startsWith(o)))
   if (has('--list')) {
-    for (const r of RUNS) console.log(`${r.name.padEnd(48)} ${r.kind.padEnd(12)} expect ${r.expect.padEnd(4)} ${r.full ? '(--full) ' : ''}${r.what}`)
+    for (const r of RUNS) console.log(`${r.name.padEnd(48)} ${`${modelOf(r)}.pml`.padEnd(11)} ${r.kind.padEnd(12)} expect ${r.expect.padEnd(4)} ${r.full ? '(--full) ' : ''}${r.what}`)
     return 0
   }
   if (runs.length === 0) { console.error('verify-model: no run selected'); return 2 }
@@ -413,7 +484,8 @@ async function main (argv: readonly string[]): Promise<number> {
   const started = Date.now()
   let outcomes: Outcome[]
   try {
-    console.log(`verify-model: ${runs.length} runs of ${MODEL.slice(ROOT.length + 1)} (${jobs} in parallel; safety search, -DNOREDUCE, exhaustive)`)
+    const files = [...new Set(runs.map((r) => MODELS[modelOf(r)].slice(ROOT.length + 1)))].join(' and ')
+    console.log(`verify-model: ${runs.length} runs of ${files} (${jobs} in parallel; safety search, -DNOREDUCE, exhaustive)`)
     outcomes = await pool(runs, jobs, (spec) => verify(spec, base, tools, has('--trail')))
   } finally {
     if (has('--keep')) console.log(`verify-model: kept ${base}`)
@@ -440,11 +512,13 @@ async function main (argv: readonly string[]): Promise<number> {
   const muts = outcomes.filter((o) => o.spec.kind === 'mutant')
   if (muts.length > 0) console.log(`mutants: ${muts.filter((o) => o.ok).length}/${muts.length} caught`)
   if (!only) {
-    const events = coverage(readFileSync(MODEL, 'utf8'), outcomes)
-    const missed = events.filter((e) => !e.reached)
-    console.log(`coverage: ${events.length - missed.length}/${events.length} @cover events reached by the property runs`)
-    for (const e of missed) console.log(`  NOT REACHED: ${e.name} (ledger.pml:${e.line}${e.compiled ? '' : ', compiled in no run'}): the properties hold vacuously there`)
-    if (missed.length > 0) ok = false
+    for (const name of Object.keys(MODELS) as ModelName[]) {
+      const events = coverage(readFileSync(MODELS[name], 'utf8'), outcomes, name)
+      const missed = events.filter((e) => !e.reached)
+      console.log(`coverage: ${events.length - missed.length}/${events.length} @cover events of ${name}.pml reached by its property runs`)
+      for (const e of missed) console.log(`  NOT REACHED: ${e.name} (${name}.pml:${e.line}${e.compiled ? '' : ', compiled in no run'}): the properties hold vacuously there`)
+      if (missed.length > 0) ok = false
+    }
   }
   console.log(`verify-model: ${ok ? 'OK' : 'FAILED'} in ${((Date.now() - started) / 1000).toFixed(1)} s`)
   return ok ? 0 : 1

@@ -1,14 +1,16 @@
-// The model check's own tests (scripts/verify-model.ts, src/ledger/model/ledger.pml): the pan
-// output parser and the verdicts, so an incomplete or failed search can never pass; the run
-// table against the model (every mutant macro is exercised, every run names real macros);
-// and, when spin and gcc are installed, one real property run that holds and one mutant that
-// must be caught. The full exhaustive check is `npm run verify:model`.
+// The model check's own tests (scripts/verify-model.ts, src/ledger/model/ledger.pml and
+// lanes.pml): the pan output parser and the verdicts, so an incomplete or failed search can
+// never pass; the run table against each model (every mutant macro is exercised, every run
+// names real macros of its model); the models' state numbering against layout.ts; and, when
+// spin and gcc are installed, real property runs that hold and mutants that must be caught
+// on both models. The full exhaustive check is `npm run verify:model`.
 
 import t from 'tap'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { coverage, findTools, judge, MODEL, type Outcome, parseCompiledLines, parsePan, type RunSpec, RUNS, verify } from '../../../scripts/verify-model.ts'
+import { coverage, findTools, judge, MODEL, MODELS, modelOf, type ModelName, type Outcome, parseCompiledLines, parsePan, type RunSpec, RUNS, verify } from '../../../scripts/verify-model.ts'
+import { FREE, GRANTED, LANE_ACTIVE, LANE_FREE, LANE_QUEUED, WAITING } from '../../../src/ledger/layout.ts'
 
 const CLEAN = `
 (Spin Version 6.5.2 -- 6 December 2019)
@@ -104,24 +106,51 @@ t.test('a surviving mutant or a vanished defect fails the check', async (t) => {
   t.equal(judge(spec({ kind: 'known-defect', expect: 'fail' }), r).ok, false)
 })
 
-t.test('the run table matches the model', async (t) => {
-  const model = readFileSync(MODEL, 'utf8')
+t.test('the run table matches the models', async (t) => {
   const names = RUNS.map((r) => r.name)
   t.equal(new Set(names).size, names.length, 'run names are unique')
-  const mutantsInModel = new Set([...model.matchAll(/\b(MUT_[A-Z0-9_]+)\b/g)].map((m) => m[1]))
-  const mutantsRun = new Set(RUNS.flatMap((r) => r.defines.filter((d) => d.startsWith('MUT_'))))
-  t.same([...mutantsRun].sort(), [...mutantsInModel].sort(), 'every mutant of the model is run, and only those')
-  for (const r of RUNS) {
-    for (const d of r.defines) {
-      const macro = d.split('=')[0]
-      t.ok(new RegExp(`\\b${macro}\\b`).test(model), `${r.name}: ${macro} is a macro of the model`)
+  t.equal(MODELS.ledger, MODEL)
+  for (const name of Object.keys(MODELS) as ModelName[]) {
+    const model = readFileSync(MODELS[name], 'utf8')
+    const runs = RUNS.filter((r) => modelOf(r) === name)
+    t.ok(runs.some((r) => r.kind === 'property'), `${name}.pml has property runs`)
+    const mutantsInModel = new Set([...model.matchAll(/\b(MUT_[A-Z0-9_]+)\b/g)].map((m) => m[1]))
+    const mutantsRun = new Set(runs.flatMap((r) => r.defines.filter((d) => d.startsWith('MUT_'))))
+    t.same([...mutantsRun].sort(), [...mutantsInModel].sort(), `every mutant of ${name}.pml is run, and only those`)
+    for (const r of runs) {
+      for (const d of r.defines) {
+        const macro = d.split('=')[0]
+        t.ok(new RegExp(`\\b${macro}\\b`).test(model), `${r.name}: ${macro} is a macro of ${name}.pml`)
+      }
+      if (r.kind === 'mutant') t.ok(r.defines.some((d) => d.startsWith('MUT_')) && r.expect === 'fail', `${r.name} is a mutant that must fail`)
+      if (r.kind === 'known-defect') t.equal(r.expect, 'fail')
     }
-    if (r.kind === 'mutant') t.ok(r.defines.some((d) => d.startsWith('MUT_')) && r.expect === 'fail', `${r.name} is a mutant that must fail`)
-    if (r.kind === 'known-defect') t.equal(r.expect, 'fail')
+    const events = coverage(model, [], name)
+    t.ok(events.length >= 20, `${name}.pml marks its events for the vacuity check`)
+    t.ok(events.every((e) => !e.reached), 'no run, nothing reached')
   }
-  const events = coverage(model, [])
-  t.ok(events.length >= 20, 'the model marks its events for the vacuity check')
-  t.ok(events.every((e) => !e.reached), 'no run, nothing reached')
+})
+
+t.test('the models number the states as layout.ts does', async (t) => {
+  const define = (model: string, macro: string): number => {
+    const m = new RegExp(`^#define ${macro} (\\d+)\\b`, 'm').exec(model)
+    return m ? Number(m[1]) : NaN
+  }
+  const ledger = readFileSync(MODELS.ledger, 'utf8')
+  t.same([define(ledger, 'FREE'), define(ledger, 'WAITING'), define(ledger, 'GRANTED')], [FREE, WAITING, GRANTED], 'ledger.pml: waiter slot states')
+  const lanes = readFileSync(MODELS.lanes, 'utf8')
+  t.same([define(lanes, 'L_FREE'), define(lanes, 'L_QUEUED'), define(lanes, 'L_ACTIVE')], [LANE_FREE, LANE_QUEUED, LANE_ACTIVE], 'lanes.pml: lane entry states')
+})
+
+t.test('coverage counts only the runs of its own model', async (t) => {
+  const model = '/* @cover here */\n'
+  const ran = (m: ModelName): Outcome => ({
+    spec: { name: m, kind: 'property', defines: [], expect: 'pass', what: '', model: m },
+    ok: true, result: 'pass', errors: 0, states: 1, depth: 1, seconds: 0, memoryMb: 0, detail: '',
+    unreached: new Set(), compiled: new Set([1]), dir: '',
+  })
+  t.equal(coverage(model, [ran('lanes')], 'ledger')[0].reached, false, 'a lanes run reaches nothing in ledger.pml')
+  t.equal(coverage(model, [ran('lanes')], 'lanes')[0].reached, true)
 })
 
 t.test('compiled lines come from pan.c', async (t) => {
@@ -142,4 +171,13 @@ t.test('spin end to end: a property holds, a mutant is caught', { skip: typeof t
   const mutant = await verify(spec({ name: 'mutant', kind: 'mutant', expect: 'fail', catches: ['P2_permit_exactly_once', 'P1_never_over_admitted'], defines: [...small, 'MUT_CANCEL_GRANTED_LEAK'] }), base, tools, true)
   t.equal(mutant.result, 'caught', mutant.detail)
   t.match(mutant.trail ?? '', /worker \d/, 'a readable replay of the counterexample')
+
+  // lanes.pml: two workers, one session, a death anywhere; a lost wake-up mutant
+  const lanes = ['NW=2', 'NSESS=1', 'CAP=0', 'NE=2', 'MAX_DEATHS=1', 'ABORTS=0']
+  const lpass = await verify(spec({ name: 'lanes-small', model: 'lanes', defines: lanes }), base, tools, false)
+  t.equal(lpass.result, 'pass', lpass.detail)
+  t.ok((lpass.states ?? 0) > 100)
+  const lmutant = await verify(spec({ name: 'lanes-mutant', model: 'lanes', kind: 'mutant', expect: 'fail', catches: ['invalid end state'], defines: [...lanes, 'MUT_RECLAIM_NO_RENOTIFY'] }), base, tools, true)
+  t.equal(lmutant.result, 'caught', lmutant.detail)
+  t.match(lmutant.trail ?? '', /lanes\.pml:\d+/, 'the replay names lanes.pml lines')
 })
