@@ -36,7 +36,9 @@
 // owner: every QUEUED -> ACTIVE store is followed by Atomics.notify after unlock (and the
 // primary's reclaim re-notifies every ACTIVE entry, in case the promoter died in between —
 // the gate's D1 lesson). E_CANCEL is a second waitAsync address: a cancel request from any
-// worker (`requestCancel`) sets it to 1 and notifies; the owner aborts its exchange.
+// worker (`requestCancel`) sets it to 1 and notifies; the owner aborts its exchange. The
+// reclaim re-notifies every flagged entry too, in case the requester died in between (model
+// finding D4: a retry cannot help, requestCancel skips entries already flagged).
 //
 // ## Invariants (outside the lock), per session key k
 //
@@ -464,8 +466,9 @@ function lowerHwmLocked (i32: Int32Array, base: number, entryBase: number): void
 /**
  * Primary only, inside the lock: free every entry `row` owns, rebuild the counters from the
  * entries, promote the oldest queued entry of every session left without its active quota,
- * and return the state words to notify after unlock (every ACTIVE entry: its promoter may
- * have died between the store and the notify) and the number of entries freed.
+ * and return the words to notify after unlock (every ACTIVE entry's state: its promoter may
+ * have died between the store and the notify; every flagged entry's E_CANCEL: its requester
+ * may have, D4) and the number of entries freed.
  */
 export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: number[]; reclaimed: number; lost: LostEntry[] } {
   const { i32, layout } = core
@@ -526,6 +529,7 @@ export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: nu
     if (st === LANE_FREE) continue
     pending++
     if (st === LANE_ACTIVE) { active++; notify.push(entryBase + e * ENTRY_FIELDS + E_STATE) }
+    if (Atomics.load(i32, entryBase + e * ENTRY_FIELDS + E_CANCEL) !== 0) notify.push(entryBase + e * ENTRY_FIELDS + E_CANCEL)
   }
   Atomics.store(i32, base + LN_PENDING, pending)
   Atomics.store(i32, base + LN_ACTIVE, active)
