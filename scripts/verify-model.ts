@@ -98,26 +98,15 @@ const LANE_RUNS: readonly RunSpec[] = [
   LP('two-sessions', [...L_TWO, ...L_LIVE], '2 sessions, pending cap 2: refusals at the cap, sessions independent'),
   LP('death', [...L_ONE, ...L_DEATH], '1 session, cap 3, a worker dies at any step (inside the lock too); patient waiters'),
   LP('entries-death', ['NW=3', 'NSESS=2', 'CAP=2', 'NE=2', ...L_DEATH], '2 sessions, a table of 2 entries (capacity refusals), a death'),
-  LP('cancel-death', ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'CANCELS=1', ...L_DEATH], 'cancel requests (all of a session or one exchange) from a canceller, anyone dies; exchanges also end by themselves (with long ones: D4)'),
+  LP('cancel-death', [...L_CANCEL, ...L_DEATH], 'cancel requests (all of a session or one exchange) from a canceller; long exchanges end only by a cancel; anyone dies (D4)'),
   LP('two-deaths', ['NW=3', 'NSESS=1', 'CAP=0', 'NE=3', 'MAX_DEATHS=2', 'ABORTS=0'], 'two of three workers die, exits in any order; patient waiters'),
   LP('active2-death', [...L_ONE, 'AMAX=2', ...L_DEATH], 'two active per session (activePerSession = 2), a death'),
   LP('termination', [...L_TWO, ...L_LIVE], 'no cycle: every execution ends, so "no invalid end state" is liveness', { np: true }),
   LP('two-sessions-death', [...L_TWO, ...L_DEATH], '2 sessions, cap 2, 3 workers, a death', { full: true }),
   LP('two-deaths-aborts', ['NW=3', 'NSESS=1', 'CAP=3', 'NE=3', 'MAX_DEATHS=2'], 'two deaths, waiters patient or aborting', { full: true }),
   LP('fifo-deep', ['NW=3', 'NSESS=1', 'OPS=2', 'CAP=0', 'NE=3', ...L_LIVE], 'every worker enters twice', { full: true }),
-
-  // D4 (README.md "Findings"): a cancel request is lost when its requester dies between the
-  // flag and the notify; long exchanges (STREAMS) end only by a cancel, so it shows as a
-  // thread blocked forever. The proposed fix (the reclaim notifies flagged entries) holds.
-  { name: 'defect:D4-cancel-lost-when-requester-dies', model: 'lanes', kind: 'known-defect', expect: 'fail', catches: ['invalid end state'],
-    defines: ['NW=1', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'PATIENT=0', 'ABORTS=0', ...L_DEATH],
-    what: 'the requester dies between E_CANCEL = 1 and its notify: the exchange never learns of the cancel, and a retry flags nothing' },
-  { name: 'fix:D4-reclaim-notifies-flagged', model: 'lanes', kind: 'proposed-fix', expect: 'pass', defines: [...L_CANCEL, ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
-    what: 'the reclaim also notifies every flagged entry\'s E_CANCEL: patient, aborting and long exchanges, a canceller, a death' },
-  { name: 'fix:D4-two-sessions', model: 'lanes', kind: 'proposed-fix', expect: 'pass', full: true, defines: ['NW=2', 'NC=1', 'NSESS=2', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=1', ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
-    what: 'the fix, cancel requests across two sessions (a wrong session flags nothing), a death' },
-  { name: 'fix:D4-cancel-twice', model: 'lanes', kind: 'proposed-fix', expect: 'pass', full: true, defines: ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=2', 'ABORTS=0', ...L_DEATH, 'FIX_D4_CANCEL_NOTIFY'],
-    what: 'the fix, two cancel requests (the second finds the entries flagged), a death' },
+  LP('cancel-two-sessions', ['NW=2', 'NC=1', 'NSESS=2', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=1', ...L_DEATH], 'cancel requests across two sessions (a wrong session flags nothing), a death', { full: true }),
+  LP('cancel-twice', ['NW=2', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'CANCELS=2', 'ABORTS=0', ...L_DEATH], 'two cancel requests (the second finds the entries flagged), a death', { full: true }),
 
   LM('naive-wait', [...L_SMALL, ...L_LIVE, 'MUT_NAIVE_WAIT'], ['invalid end state'], 'waitActive: "QUEUED?" then sleep, as two steps: lost wake-up'),
   LM('reclaim-no-renotify', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_RENOTIFY'], ['invalid end state'], 'reclaim notifies only what it promotes: a promoter that died before its notify strands a patient waiter'),
@@ -129,6 +118,7 @@ const LANE_RUNS: readonly RunSpec[] = [
   LM('reclaim-no-recompute', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_RECOMPUTE'], ['N4_derived_counters'], 'reclaim adjusts LN_PENDING by what it freed instead of counting the entries'),
   LM('reclaim-keeps-hwm', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_KEEPS_HWM'], ['N4_derived_counters'], 'reclaim keeps LN_HWM (a death inside enter() or freeLocked leaves it stale)'),
   LM('reclaim-no-promote', [...L_SMALL, ...L_DEATH, 'ABORTS=0', 'MUT_RECLAIM_NO_PROMOTE'], ['N3_no_lost_wakeup'], 'reclaim frees a dead row\'s ACTIVE entry without promoting the next'),
+  LM('d4-no-cancel-notify', ['NW=1', 'NC=1', 'NSESS=1', 'CAP=0', 'NE=2', 'STREAMS=1', 'PATIENT=0', 'ABORTS=0', ...L_DEATH, 'MUT_RECLAIM_NO_CANCEL_NOTIFY'], ['invalid end state'], 'the code before the D4 fix: a cancel request whose requester died before its notify never reaches the exchange'),
   // Equivalent, like fast-path-ignores-queue: N3 (a QUEUED entry implies its session runs
   // AMAX) makes enter()'s `queued === 0` test redundant outside the lock.
   { name: 'equivalent:lanes-enter-ignores-queue', model: 'lanes', kind: 'equivalent', expect: 'pass', defines: [...L_ONE, 'CAP=0', ...L_DEATH, 'MUT_ENTER_IGNORES_QUEUE'],

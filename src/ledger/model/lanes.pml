@@ -77,8 +77,7 @@
  * (which callers exist: no abort, an AbortSignal that may fire while waiting, a long
  * exchange that ends only by a cancel request or once no cancel can come any more), CANCELS
  * (requests the canceller makes), SPURIOUS (stray wake-ups per wait), DOUBLE_RECLAIM. MUT_*
- * select a deliberate bug (a mutant, which the verifier must catch); FIX_D4_CANCEL_NOTIFY
- * the proposed fix for the defect D4 that the model found (README, Findings).
+ * select a deliberate bug (a mutant, which the verifier must catch).
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -771,9 +770,9 @@ init {
        :: else -> k = 0; break
        od;
 #endif
-#if NC > 0 && defined(FIX_D4_CANCEL_NOTIFY)
-       /* PROPOSED FIX for D4 (README): also notify every flagged entry's E_CANCEL (its
-          requester may have died between its store and its notify). The code does not. */
+#if NC > 0 && !defined(MUT_RECLAIM_NO_CANCEL_NOTIFY)
+       /* and every flagged entry's E_CANCEL (its requester may have died between its store
+          and its notify: D4). The mutant is the code before the D4 fix. */
        k = 0;
        do
        :: k < NE -> if :: estate[k] != L_FREE && ecancel[k] -> cmask = cmask | (1 << k) :: else -> skip fi; k++
