@@ -52,7 +52,9 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     keepAliveTimeout: 30_000,
     requestTimeout: 0,
     bodyLimit: deps.config.limits.maxBodyBytes,
-    return503OnClosing: true,
+    // While closing, requests still reach the routes, which refuse with the catalogue's
+    // shutting_down (fastify's own 503 would carry no code).
+    return503OnClosing: false,
     // On close every connection is cut, but only after the preClose hook: by then every
     // exchange has actually released (Background.close) and every event stream has ended, so
     // what is left is idle keep-alive sockets (or a stray GET) that must not hold the drain.
@@ -107,7 +109,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
   // Background exchanges finish (their events still reach subscribers), then the long-lived
   // event streams end: closing the server would otherwise wait for them forever.
   fastify.addHook('preClose', async () => { await exchange.background.close() })
-  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission)
+  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission, exchange.background)
   return {
     fastify,
     admission,

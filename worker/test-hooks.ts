@@ -8,7 +8,7 @@ import type { Admission } from './admission.ts'
 import { SluiceError } from '../src/errors.ts'
 import { sendError } from './app.ts'
 
-export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission): void {
+export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }): void {
   // Admit one exchange, reserve `bytes`, stream one line, then hold everything until the
   // client goes away or `ms` passes. The holdings are released when the response closes.
   fastify.get<{ Querystring: { bytes?: string; ms?: string } }>('/_test/hold', async (req, reply) => {
@@ -25,6 +25,8 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
       return reply
     }
     res.once('close', () => holdings.settle('http'))
+    // Like an exchange, a hold is waited for by a drain (connections are cut after it).
+    background.track(new Promise<void>((resolve) => holdings.onRelease(resolve)))
     try {
       holdings.reserve(Number(req.query.bytes ?? 0))
     } catch (err) {
