@@ -378,7 +378,11 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
   return rec
 }
 
-async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uint8Array, signal: AbortSignal) {
+/**
+ * Bounded JSON + preparation in the parser pool under the parse permit, returned as soon as
+ * the parse settles. `envelope`: the body wraps the exchange (non-blocking mode, JSON-RPC).
+ */
+export async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc'): Promise<PrepareOk> {
   await deps.ledger.parse.acquire({ signal })
   h.tookParse()
   let result
@@ -387,6 +391,7 @@ async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uin
     result = await deps.parser.prepare({
       body,
       route,
+      envelope,
       limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
       aliases: deps.router.aliases as Record<string, string>,
     }, { signal })

@@ -24,7 +24,7 @@ import { Lanes, type Key64 } from '../src/ledger/lanes.ts'
 import type { PrepareOk } from '../src/json/prepare.ts'
 import { readBody } from './body.ts'
 import { RG_EVENT_STREAMS } from '../src/ledger/layout.ts'
-import { runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
+import { prepare, runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
 import { CollectingSink } from './sink.ts'
@@ -95,21 +95,7 @@ export function sendJson (res: ServerResponse, status: number, value: unknown, e
 export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, holdings: Holdings, kind: 'exchange' | 'rpc', signal: AbortSignal): Promise<PrepareOk> {
   const body = await readBody(req, holdings, deps.config.limits.maxBodyBytes, signal)
   const size = body.byteLength
-  await deps.ledger.parse.acquire({ signal })
-  holdings.tookParse()
-  let result
-  try {
-    result = await deps.parser.prepare({
-      body,
-      route: 'chat',
-      envelope: kind,
-      limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
-      aliases: deps.router.aliases as Record<string, string>,
-    }, { signal })
-  } finally {
-    holdings.releaseParse()
-  }
-  if (!result.ok) throw SluiceError.from(result.error)
+  const result = await prepare(deps, holdings, 'chat', body, signal, kind)
   // The envelope is gone; the exchange body (re-serialised) is what stays reserved.
   if (result.body.byteLength > size) holdings.reserve(result.body.byteLength - size)
   else if (result.body.byteLength < size) holdings.unreserve(size - result.body.byteLength)

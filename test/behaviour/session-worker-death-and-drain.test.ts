@@ -7,6 +7,7 @@ import t from 'tap'
 import type { Client } from 'undici'
 import { chatBody, KEY, startRig } from '../helpers/exchange.ts'
 import { clientOnRow, until, waitIdle } from '../helpers/gateway.ts'
+import { SseParser } from '../helpers/sse.ts'
 
 const auth = { authorization: `Bearer ${KEY}` }
 
@@ -16,21 +17,14 @@ async function post (c: Client, path: string, body: unknown, headers: Record<str
   return { status: r.statusCode, json: text ? JSON.parse(text) as Record<string, unknown> : {} }
 }
 
-/** Collects `event`/`data` pairs of an SSE stream until `done` says so. */
+/** Collects `event`/`data` pairs of an SSE stream until `done` says so (or it ends). */
 async function collect (c: Client, path: string, headers: Record<string, string>, done: (events: Array<{ event: string; data: Record<string, unknown> }>) => boolean): Promise<Array<{ event: string; data: Record<string, unknown> }>> {
   const r = await c.request({ method: 'GET', path, headers: { ...auth, ...headers } })
+  const parser = new SseParser()
   const events: Array<{ event: string; data: Record<string, unknown> }> = []
-  let buf = ''
   for await (const chunk of r.body) {
-    buf += (chunk as Buffer).toString('utf8')
-    let at
-    while ((at = buf.indexOf('\n\n')) !== -1) {
-      const frame = buf.slice(0, at)
-      buf = buf.slice(at + 2)
-      const ev = /^event: (.*)$/m.exec(frame)?.[1]
-      const data = frame.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n')
-      if (ev) events.push({ event: ev, data: JSON.parse(data) as Record<string, unknown> })
-    }
+    parser.push((chunk as Buffer).toString('utf8'))
+    for (const e of parser.take()) if (e.event) events.push({ event: e.event, data: JSON.parse(e.data) as Record<string, unknown> })
     if (done(events)) break
   }
   r.body.destroy()
