@@ -328,10 +328,10 @@ export class Lanes {
   }
 
   /**
-   * Calls `onCancel` once if a cancel is requested for `entry` while `isLive()` holds. The
-   * owner calls `stop()` (returned) when it releases the entry: that wakes the watcher, which
-   * then sees the owner gone and ends without calling back. Entries are reused, so the
-   * watcher trusts only its own `isLive()`, never the flag alone after stop.
+   * Calls `onCancel` once if a cancel is requested for `entry` (E_CANCEL set) before the
+   * owner calls the returned `stop()` when it releases the entry. stop() marks the watcher
+   * dead and wakes it, so it ends without calling back: entries are reused, and a flag seen
+   * after stop() belongs to a later exchange.
    */
   watchCancel (entry: number, onCancel: () => void): () => void {
     const idx = this.entryBase + entry * ENTRY_FIELDS + E_CANCEL
