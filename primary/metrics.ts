@@ -112,6 +112,11 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_stream_pending_bytes', 'gauge', 'Stream bytes held back (an unfinished frame) or queued to clients.', g[RG_PENDING_BYTES])
     w.metric('sluice_stream_inspector_bytes', 'gauge', 'Bytes held by the SSE framers (inspector bytes).', g[RG_INSPECTOR_BYTES])
     w.metric('sluice_session_event_streams', 'gauge', 'Open session event streams (GET /v1/sessions/:id/events).', g[RG_EVENT_STREAMS])
+    // Named by DESIGN.md for protocol translation, which is not built: same-protocol routes
+    // relay tool arguments and continuation metadata as bytes and buffer none of them, so the
+    // true figure is 0. Exported so dashboards and alerts can be written now.
+    w.metric('sluice_tool_argument_bytes', 'gauge', 'Tool-call argument bytes buffered for protocol translation (none: translation is not built; same-protocol routes relay them as bytes).', 0)
+    w.metric('sluice_continuation_bytes', 'gauge', 'Continuation metadata bytes retained for protocol translation (none: translation is not built).', 0)
   }
   if (counters.histogram) {
     for (const [hist, name, help] of HISTOGRAMS) w.histogram(name, help, counters.histogram(hist))
