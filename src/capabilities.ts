@@ -4,7 +4,7 @@
 // client may rely on, so an SDK can check before it uses a transport.
 
 import type { Config } from './config/schema.ts'
-import { pendingCap } from './config/load.ts'
+import { pendingCap } from './config/limits.ts'
 
 export const FEATURES = [
   'session-lanes',            // x-session-id (session-id, x-claude-code-session-id): one active per session, FIFO, pending cap

@@ -165,11 +165,6 @@ export function isLoopback (host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
 }
 
-
-/** The cap as a number, or null when disabled (0, null, "Infinity"): /capabilities' shape. */
-export function pendingCap (limits: Config['limits']): number | null {
-  const v = limits.maxPendingPromptsPerSession
-  return v === null || v === 0 || v === 'Infinity' ? null : v
-}
+export { pendingCap } from './limits.ts'
 
 
