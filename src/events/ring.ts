@@ -220,11 +220,14 @@ export class EventRing {
 
   /**
    * Resolves when an append happened since `token` (from `changeToken`), or after `ms`.
-   * Never holds the event loop open by itself.
    */
   async changed (token: number, ms: number): Promise<void> {
     const r = Atomics.waitAsync(this.h, RG_NOTIFY, token, ms)
-    if (r.async) await r.value
+    if (!r.async) return
+    // A pending waitAsync does not keep a thread's event loop alive; this timer does.
+    let timer: ReturnType<typeof setTimeout> | undefined
+    await Promise.race([r.value, new Promise<void>((resolve) => { timer = setTimeout(resolve, ms + 1) })])
+    clearTimeout(timer)
   }
 
   get changeToken (): number { return Atomics.load(this.h, RG_NOTIFY) }
