@@ -283,7 +283,8 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
   res.write(': sluice session events\n\n')
   let open = true
   let wake: (() => void) | null = null
-  const end = (): void => { open = false; wake?.() }
+  const ended = new AbortController()
+  const end = (): void => { open = false; ended.abort(); wake?.() }
   res.once('close', end)
   deps.background.streams.add(end)
   deps.ledger.gauge(RG_EVENT_STREAMS, 1)
@@ -310,7 +311,7 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
       if (r.more) { last = false; continue }
       if (last || !open) continue
       // Sleep until an append (any session's: cheap to re-check), the heartbeat, or the end.
-      await Promise.race([ring.changed(token, HEARTBEAT_MS), new Promise<void>((resolve) => { wake = resolve })])
+      await ring.changed(token, HEARTBEAT_MS, ended.signal)
       wake = null
       if (open && ring.changeToken === token) res.write(': ping\n\n')
     }

@@ -219,15 +219,23 @@ export class EventRing {
   get nextSeq (): number { return readPairAtomic(this.h, RG_NEXT_SEQ) }
 
   /**
-   * Resolves when an append happened since `token` (from `changeToken`), or after `ms`.
+   * Resolves when an append happened since `token` (from `changeToken`), after `ms`, or when
+   * `signal` aborts.
    */
-  async changed (token: number, ms: number): Promise<void> {
+  async changed (token: number, ms: number, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return
     const r = Atomics.waitAsync(this.h, RG_NOTIFY, token, ms)
     if (!r.async) return
     // A pending waitAsync does not keep a thread's event loop alive; this timer does.
     let timer: ReturnType<typeof setTimeout> | undefined
-    await Promise.race([r.value, new Promise<void>((resolve) => { timer = setTimeout(resolve, ms + 1) })])
+    let onAbort: (() => void) | undefined
+    await Promise.race([r.value, new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms + 1)
+      onAbort = () => resolve()
+      signal?.addEventListener('abort', onAbort, { once: true })
+    })])
     clearTimeout(timer)
+    if (onAbort) signal?.removeEventListener('abort', onAbort)
   }
 
   get changeToken (): number { return Atomics.load(this.h, RG_NOTIFY) }
