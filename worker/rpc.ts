@@ -24,7 +24,7 @@ import type { RpcCall } from '../src/json/prepare.ts'
 import { VERSION } from '../src/version.ts'
 import { runExchange, runIdentity, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
-import { readEnvelope, sendJson, type SessionDeps } from './session-routes.ts'
+import { logRefused, readEnvelope, sendJson, type SessionDeps } from './session-routes.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
 import { CollectingSink } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
@@ -67,6 +67,8 @@ export function registerRpc (fastify: FastifyInstance, deps: SessionDeps): void 
 }
 
 async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const started = performance.now()
+  const known: { keyName?: string; sessionId?: string; route?: string } = {}
   const ac = new AbortController()
   const onClose = (): void => { if (!res.writableFinished) ac.abort() }
   res.once('close', onClose)
@@ -82,6 +84,7 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
   }
   try {
     const key = deps.auth.authenticate(req.headers)
+    known.keyName = key.name
     holdings = new Holdings(deps.ledger, ['processing', 'upstream', 'http'])
     const prepared = await readEnvelope(deps, req, holdings, 'rpc', ac.signal)
     const call = prepared.envelope!.rpc!
@@ -104,6 +107,8 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
         throw new SluiceError('not_found', { method: call.method, methods: RPC_METHODS.join(', ') }, `no JSON-RPC method ${call.method}`)
     }
     const sessionId = checkSessionId(call.params.sessionId, 'params.sessionId')
+    known.sessionId = sessionId
+    known.route = prepared.envelope?.route
     if (prepared.stream) throw new SluiceError('invalid_request', { field: 'params.body.stream', reason: 'streaming is not offered over JSON-RPC: use POST /v1/sessions/:id/exchanges' })
     if (deps.ledger.draining) throw new SluiceError('shutting_down')
     const exchangeId = randomUUID()
@@ -152,6 +157,8 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
     const rpcId = se.details.rpcId
     if (id === null && (typeof rpcId === 'string' || typeof rpcId === 'number')) id = rpcId
     answer(rpcError(id, se), se)
+    // A call refused before its exchange started has no exchange line of its own.
+    if (!handedOff) logRefused(deps, req, 'rpc', se, started, known)
   } finally {
     res.off('close', onClose)
     if (!handedOff) {

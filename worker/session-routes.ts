@@ -82,6 +82,31 @@ export function refuse (deps: ExchangeDeps, res: ServerResponse, err: SluiceErro
   res.end(text)
 }
 
+/**
+ * The exchange log line of a non-blocking or JSON-RPC request refused before it was accepted
+ * (no exchange ran, so runExchange wrote none): same fields, exchangeId null.
+ */
+export function logRefused (deps: ExchangeDeps, req: IncomingMessage, mode: 'events' | 'rpc', err: SluiceError, started: number, known: { keyName?: string | null; sessionId?: string | null; route?: string | null } = {}): void {
+  deps.log({
+    exchangeId: null,
+    runId: runIdentity(req),
+    route: known.route ?? null,
+    keyName: known.keyName ?? null,
+    sessionId: known.sessionId ?? null,
+    mode,
+    code: err.code,
+    status: err.status,
+    totalMs: performance.now() - started,
+    bytesIn: 0,
+    bytesOut: 0,
+    frames: 0,
+    queueMs: 0,
+    ttfbMs: null,
+    usage: null,
+    evidence: false,
+  })
+}
+
 export function sendJson (res: ServerResponse, status: number, value: unknown, extra: Record<string, string> = {}): void {
   const text = JSON.stringify(value)
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...extra })
@@ -147,6 +172,8 @@ export function registerSessionRoutes (fastify: FastifyInstance, deps: SessionDe
 }
 
 async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const started = performance.now()
+  const known: { keyName?: string; sessionId?: string } = {}
   const ac = new AbortController()
   const onClose = (): void => { if (!res.writableFinished) ac.abort() }
   res.once('close', onClose)
@@ -156,7 +183,9 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
   let handedOff = false
   try {
     const key = deps.auth.authenticate(req.headers)
+    known.keyName = key.name
     const sessionId = checkSessionId(rawId, 'path')
+    known.sessionId = sessionId
     if (deps.ledger.draining) throw new SluiceError('shutting_down')
     deps.admission.checkHeap()
     const exchangeId = randomUUID()
@@ -198,7 +227,9 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
   } catch (err) {
     // The slot is returned before the caller can see the refusal (a retry must not meet it).
     lane?.release()
-    refuse(deps, res, ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err), req)
+    const se = ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err)
+    refuse(deps, res, se, req)
+    logRefused(deps, req, 'events', se, started, known)
   } finally {
     if (!handedOff) {
       res.off('close', onClose)

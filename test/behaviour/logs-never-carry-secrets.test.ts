@@ -209,8 +209,8 @@ t.test('every path, then every line', async (t) => {
   t.ok((await events('nb-ok', nb.json.lastEventId, ended(nb.json.exchangeId))).some((e) => e.event === 'turn_complete'), 'non-blocking: turn_complete')
   const nbSlow = await post('/v1/sessions/nb-full/exchanges', { route: 'chat', body: chatBody('slow\n#sim ttft=300') }, AUTH, run('nb-first', 'ok'))
   t.equal(nbSlow.status, 202)
-  t.equal((await post('/v1/sessions/nb-full/exchanges', { route: 'chat', body: chatBody('refused') }, AUTH, run('nb-full'))).json.code, 'prompt_queue_full', 'non-blocking prompt_queue_full: no exchange, no line')
-  t.equal((await post('/v1/sessions/nb-wrong/exchanges', { route: 'chat', body: chatBody('x') }, { ...EXTRA, authorization: `Bearer ${WRONG_KEY}` }, run('nb-unauthorized'))).status, 401)
+  t.equal((await post('/v1/sessions/nb-full/exchanges', { route: 'chat', body: chatBody('refused') }, AUTH, run('nb-full', 'prompt_queue_full'))).json.code, 'prompt_queue_full', 'non-blocking prompt_queue_full: no exchange, one refusal line')
+  t.equal((await post('/v1/sessions/nb-wrong/exchanges', { route: 'chat', body: chatBody('x') }, { ...EXTRA, authorization: `Bearer ${WRONG_KEY}` }, run('nb-unauthorized', 'unauthorized'))).status, 401)
   await events('nb-full', nbSlow.json.lastEventId, ended(nbSlow.json.exchangeId))
   const nbCancel = await post('/v1/sessions/nb-cancel/exchanges', { route: 'chat', body: chatBody('cancel me\n#sim ttft=5000') }, AUTH, run('nb-cancelled', 'exchange_cancelled'))
   const cancelled = events('nb-cancel', nbCancel.json.lastEventId, ended(nbCancel.json.exchangeId))
@@ -223,7 +223,7 @@ t.test('every path, then every line', async (t) => {
   t.equal((ok.json.result as Record<string, unknown> | undefined)?.status, 200, 'rpc: session/prompt')
   const rpcFault = await post('/rpc', rpc('session/prompt', { sessionId: 'rpc-2', route: 'responses', body: responsesBody('x\n#sim fault=status-503') }), AUTH, run('rpc-fault', 'provider_unavailable'))
   t.equal((rpcFault.json.error as { data?: { errorKind?: string } } | undefined)?.data?.errorKind, 'provider_unavailable', 'rpc: a provider fault')
-  const rpcWrong = await post('/rpc', rpc('session/prompt', { sessionId: 'rpc-3', route: 'chat', body: chatBody('x') }), { ...EXTRA, authorization: `Bearer ${WRONG_KEY}` }, run('rpc-unauthorized'))
+  const rpcWrong = await post('/rpc', rpc('session/prompt', { sessionId: 'rpc-3', route: 'chat', body: chatBody('x') }), { ...EXTRA, authorization: `Bearer ${WRONG_KEY}` }, run('rpc-unauthorized', 'unauthorized'))
   t.equal((rpcWrong.json.error as { data?: { errorKind?: string } } | undefined)?.data?.errorKind, 'unauthorized', 'rpc: unauthorized, before any exchange')
 
   // A worker dies holding a blocking and a non-blocking exchange, both laned.
@@ -292,7 +292,8 @@ t.test('every path, then every line', async (t) => {
   for (const l of exchanges) {
     const what = `${String(l.runId)} ${String(l.code)}`
     t.ok(l.code === 'ok' || catalogue.has(l.code as string), `${what}: a catalogue code`)
-    t.ok(typeof l.exchangeId === 'string' && typeof l.route === 'string', `${what}: exchangeId, route`)
+    if (l.mode === 'blocking' || l.exchangeId !== null) t.ok(typeof l.exchangeId === 'string' && typeof l.route === 'string', `${what}: exchangeId, route`)
+    else t.ok(l.mode === 'events' || l.mode === 'rpc', `${what}: refused before acceptance (no exchange id): a non-blocking or JSON-RPC request`)
     for (const f of ['totalMs', 'bytesIn', 'bytesOut', 'frames', 'queueMs', 'status', 'worker', 'generation']) t.type(l[f], 'number', `${what}: ${f}`)
     t.ok((l.totalMs as number) >= 0 && (l.bytesIn as number) >= 0 && (l.bytesOut as number) >= 0, `${what}: figures`)
     t.ok('usage' in l && 'ttfbMs' in l && 'evidence' in l, `${what}: usage, ttfbMs, evidence`)
