@@ -269,10 +269,6 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       } finally {
         parse.end()
       }
-    }
-    if (prepared.body.byteLength !== bodyBytes) {
-      h.reserve(prepared.body.byteLength)
-      h.unreserve(bodyBytes)
       bodyBytes = prepared.body.byteLength
     }
     rec.model = prepared.model
@@ -381,8 +377,11 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
 /**
  * Bounded JSON + preparation in the parser pool under the parse permit, returned as soon as
  * the parse settles. `envelope`: the body wraps the exchange (non-blocking mode, JSON-RPC).
+ * `body`'s bytes are reserved in `h`; on return the prepared body's are instead (a rewritten
+ * body is reserved before the original's bytes are returned).
  */
 export async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc'): Promise<PrepareOk> {
+  const size = body.byteLength // the buffer is transferred to the parser: read it first
   await deps.ledger.parse.acquire({ signal })
   h.tookParse()
   let result
@@ -400,6 +399,10 @@ export async function prepare (deps: ExchangeDeps, h: Holdings, route: Route, bo
     h.releaseParse()
   }
   if (!result.ok) throw SluiceError.from(result.error)
+  if (result.body.byteLength !== size) {
+    h.reserve(result.body.byteLength)
+    h.unreserve(size)
+  }
   return result
 }
 

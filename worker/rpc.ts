@@ -26,7 +26,7 @@ import { runExchange, runIdentity, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { logRefused, readEnvelope, sendJson, type SessionDeps } from './session-routes.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
-import { CollectingSink } from './sink.ts'
+import { CollectingSink, sinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
 
 export const RPC_METHODS = ['capabilities', 'session/prompt', 'session/cancel'] as const
@@ -123,30 +123,15 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
       })
       deps.background.track(run)
       const rec = await run
-      const body = sink.body
-      if (rec.code === 'ok' && sink.statusCode < 400) {
-        if (sink.overflow !== 'none') throw new SluiceError(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { exchangeId, bytes: sink.bytes })
-        let result: unknown = null
-        if (body) {
-          await deps.ledger.parse.acquire({ signal: ac.signal })
-          try { result = JSON.parse(body.toString('utf8')) } catch { result = body.toString('utf8') } finally { deps.ledger.parse.release() }
-        }
-        answer({ jsonrpc: '2.0', id, result: { exchangeId, sessionId, status: sink.statusCode, body: result, usage: rec.usage } })
+      const r = await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, ac.signal)
+      if (r.ok) {
+        answer({ jsonrpc: '2.0', id, result: { exchangeId, sessionId, status: r.status, body: r.body, usage: rec.usage } })
         return
       }
-      // The exchange's own refusal (our JSON) keeps its code and details.
-      let err = new SluiceError(rec.code === 'ok' ? 'provider_error' : rec.code, { exchangeId })
-      if (body) {
-        try {
-          const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>
-          if (typeof parsed.code === 'string') {
-            const { code: _c, error: _e, ...details } = parsed
-            const se = SluiceError.from({ code: parsed.code, details, message: typeof parsed.error === 'string' ? parsed.error : undefined })
-            err = se.withStatus(sink.statusCode)
-          }
-        } catch {}
-      }
-      // Counted already by the exchange: answer without counting twice.
+      // The exchange's own refusal (our JSON) keeps its code and details. It was counted by
+      // the exchange, unless the exchange went well and only its result did not fit here.
+      const err = r.error
+      if (rec.code === 'ok') deps.ledger.countRefusal(err.code)
       if (!res.headersSent && !res.destroyed) sendJson(res, 200, rpcError(id, err), err.headers())
     } finally {
       sink.dispose()

@@ -27,7 +27,7 @@ import { RG_EVENT_STREAMS } from '../src/ledger/layout.ts'
 import { prepare, runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
-import { CollectingSink } from './sink.ts'
+import { CollectingSink, sinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
 
 export interface SessionDeps extends ExchangeDeps {
@@ -119,12 +119,8 @@ export function sendJson (res: ServerResponse, status: number, value: unknown, e
  */
 export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, holdings: Holdings, kind: 'exchange' | 'rpc', signal: AbortSignal): Promise<PrepareOk> {
   const body = await readBody(req, holdings, deps.config.limits.maxBodyBytes, signal)
-  const size = body.byteLength
-  const result = await prepare(deps, holdings, 'chat', body, signal, kind)
-  // The envelope is gone; the exchange body (re-serialised) is what stays reserved.
-  if (result.body.byteLength > size) holdings.reserve(result.body.byteLength - size)
-  else if (result.body.byteLength < size) holdings.unreserve(size - result.body.byteLength)
-  return result
+  // The envelope is gone after this; the exchange body (re-serialised) stays reserved.
+  return await prepare(deps, holdings, 'chat', body, signal, kind)
 }
 
 export class SessionEvents {
@@ -243,48 +239,15 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
 /** The exchange settled: one turn_complete or turn_error carries its result. */
 async function finishEvents (deps: ExchangeDeps, events: SessionEvents, session: Key64, sink: CollectingSink, rec: ExchangeRecord): Promise<void> {
   const exchangeId = rec.exchangeId
-  const error = (code: ErrorCode, extra: Record<string, unknown> = {}): void => {
-    events.publish(session, 'turn_error', { exchangeId, code, error: catalogue[code].message, status: catalogue[code].status, ...extra })
+  const turnError = (err: SluiceError): void => {
+    events.publish(session, 'turn_error', { ...err.toBody(), exchangeId, status: err.status })
   }
-  if (rec.code !== 'ok' || sink.statusCode >= 400) {
-    // A refusal written before any byte is our JSON `{ code, error, ... }`: pass it on whole.
-    const body = sink.body
-    if (body && !sink.isEventStream) {
-      try {
-        const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>
-        if (typeof parsed.code === 'string') {
-          events.publish(session, 'turn_error', { ...parsed, exchangeId, status: sink.statusCode })
-          return
-        }
-      } catch {}
-    }
-    error(rec.code === 'ok' ? 'provider_error' : rec.code, { partial: rec.partial, frames: rec.frames })
-    return
-  }
-  if (sink.overflow !== 'none') {
-    error(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { bytes: sink.bytes })
-    return
-  }
-  if (sink.isEventStream) {
-    events.publish(session, 'turn_complete', { exchangeId, status: sink.statusCode, body: null, usage: rec.usage, frames: rec.frames })
-    return
-  }
-  const raw = sink.body
-  let body: unknown = null
-  if (raw) {
-    // Parsed under the parse permit only to embed it as JSON (bounded by the sink's cap).
-    await deps.ledger.parse.acquire({})
-    try {
-      body = JSON.parse(raw.toString('utf8'))
-    } catch {
-      body = raw.toString('utf8')
-    } finally {
-      deps.ledger.parse.release()
-    }
-  }
-  if (!events.publish(session, 'turn_complete', { exchangeId, status: sink.statusCode, body, usage: rec.usage })) {
-    error('output_too_large', { bytes: sink.bytes })
-  }
+  const r = await sinkResult(sink, rec, deps.ledger.parse, { partial: rec.partial, frames: rec.frames })
+  if (!r.ok) { turnError(r.error); return }
+  const done = sink.isEventStream
+    ? { exchangeId, status: r.status, body: null, usage: rec.usage, frames: rec.frames }
+    : { exchangeId, status: r.status, body: r.body, usage: rec.usage }
+  if (!events.publish(session, 'turn_complete', done)) turnError(new SluiceError('output_too_large', { bytes: sink.bytes }))
 }
 
 const HEARTBEAT_MS = 15_000

@@ -11,6 +11,7 @@
 // `overflow` says why: the caller reports an honest error instead of a truncated result.
 
 import { Writable } from 'node:stream'
+import { SluiceError, type ErrorCode } from '../src/errors.ts'
 import type { ByteBudget } from '../src/ledger/budget.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 
@@ -96,6 +97,53 @@ export class CollectingSink extends Writable {
   private drop (why: Overflow): void {
     this.overflow = why
     this.dispose()
+  }
+}
+
+/** What an exchange written into a sink came to, once it settled. */
+export type SinkResult =
+  | { ok: true; status: number; body: unknown }
+  | { ok: false; error: SluiceError }
+
+/**
+ * Reads a settled exchange's result out of its sink:
+ *   - success: the provider's JSON (parsed under the parse permit, only to embed it; its text
+ *     when it is not JSON; null for a stream, whose frames went out one by one);
+ *   - a refusal written before any byte: our `{ code, error, ...details }`, kept whole, with
+ *     the status it was sent with;
+ *   - any other ending: the exchange's own code with `details`;
+ *   - a body past the sink's cap or the storage budget: output_too_large or
+ *     storage_budget_exhausted, never a truncated result.
+ */
+export async function sinkResult (
+  sink: CollectingSink,
+  rec: { code: ErrorCode | 'ok' },
+  parse: { acquire (opts: { signal?: AbortSignal }): Promise<void>; release (): void },
+  details: Record<string, string | number | boolean | null> = {},
+  signal?: AbortSignal,
+): Promise<SinkResult> {
+  const raw = sink.body
+  if (rec.code !== 'ok' || sink.statusCode >= 400) {
+    if (raw && !sink.isEventStream) {
+      try {
+        const parsed = JSON.parse(raw.toString('utf8')) as Record<string, unknown>
+        if (typeof parsed.code === 'string') {
+          const { code, error, ...rest } = parsed
+          return { ok: false, error: SluiceError.from({ code, details: rest, message: typeof error === 'string' ? error : undefined }).withStatus(sink.statusCode) }
+        }
+      } catch {}
+    }
+    return { ok: false, error: new SluiceError(rec.code === 'ok' ? 'provider_error' : rec.code, details) }
+  }
+  if (sink.overflow !== 'none') return { ok: false, error: new SluiceError(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { ...details, bytes: sink.bytes }) }
+  if (sink.isEventStream || !raw) return { ok: true, status: sink.statusCode, body: null }
+  await parse.acquire({ signal })
+  try {
+    return { ok: true, status: sink.statusCode, body: JSON.parse(raw.toString('utf8')) }
+  } catch {
+    return { ok: true, status: sink.statusCode, body: raw.toString('utf8') }
+  } finally {
+    parse.release()
   }
 }
 
