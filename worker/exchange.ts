@@ -22,6 +22,7 @@ import type { ParserPool } from '../src/json/pool.ts'
 import type { Admission } from './admission.ts'
 import type { Authenticator } from './auth.ts'
 import { readBody } from './body.ts'
+import { closeIfUnread, sendJson } from './reply.ts'
 import type { Holdings } from './holdings.ts'
 import { failureRecord, relayBuffered, relayStream, type Outcome, type Signer } from './relay.ts'
 import type { TurnPins, TurnTicket } from './turns.ts'
@@ -451,15 +452,6 @@ function sendRefusal (deps: ExchangeDeps, res: ServerResponse, err: SluiceError,
     body.record = record
     body.signature = deps.signer.sign(record)
   }
-  const text = JSON.stringify(body)
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-    ...err.headers(),
-  }
-  if (err.code !== 'prompt_queue_full') headers['x-sluice-exchange-id'] = rec.exchangeId
-  // A body we never read is not drained: close the connection after the refusal instead.
-  if (unreadBody && !unreadBody.readableEnded) headers.connection = 'close'
-  res.writeHead(err.status, headers)
-  res.end(text)
+  const id: Record<string, string> = err.code === 'prompt_queue_full' ? {} : { 'x-sluice-exchange-id': rec.exchangeId }
+  sendJson(res, err.status, body, { ...err.headers(), ...id, ...closeIfUnread(unreadBody) })
 }

@@ -23,6 +23,7 @@ import { eventText } from '../src/events/text.ts'
 import { Lanes, type Key64 } from '../src/ledger/lanes.ts'
 import type { PrepareOk } from '../src/json/prepare.ts'
 import { readBody } from './body.ts'
+import { closeIfUnread, sendJson } from './reply.ts'
 import { RG_EVENT_STREAMS } from '../src/ledger/layout.ts'
 import { prepare, runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
@@ -75,11 +76,7 @@ export class Background {
 export function refuse (deps: ExchangeDeps, res: ServerResponse, err: SluiceError, unread: IncomingMessage | null): void {
   deps.ledger.countRefusal(err.code)
   if (res.headersSent || res.destroyed) { if (!res.destroyed) res.destroy(); return }
-  const text = JSON.stringify(err.toBody())
-  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...err.headers() }
-  if (unread && !unread.readableEnded) headers.connection = 'close'
-  res.writeHead(err.status, headers)
-  res.end(text)
+  sendJson(res, err.status, err.toBody(), { ...err.headers(), ...closeIfUnread(unread) })
 }
 
 /**
@@ -107,11 +104,6 @@ export function logRefused (deps: ExchangeDeps, req: IncomingMessage, mode: 'eve
   })
 }
 
-export function sendJson (res: ServerResponse, status: number, value: unknown, extra: Record<string, string> = {}): void {
-  const text = JSON.stringify(value)
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...extra })
-  res.end(text)
-}
 
 /**
  * Reads an envelope body (bytes reserved in `holdings`) and prepares it in the parser pool
