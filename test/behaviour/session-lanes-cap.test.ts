@@ -7,94 +7,32 @@
 // request/end events say which request reached the upstream, and in which order.
 
 import t, { type Test } from 'tap'
-import { request, type Client, type Dispatcher } from 'undici'
-import { KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
-import { clientOnRow, until, waitIdle } from '../helpers/gateway.ts'
-
-const CHAT = '/v1/chat/completions'
+import type { Client, Dispatcher } from 'undici'
+import { startRig, type Rig } from '../helpers/exchange.ts'
+import { clientOnRow, until } from '../helpers/gateway.ts'
+import { LaneWatch, delta, type Lanes, type Reply } from '../helpers/lanes.ts'
 
 let rig: Rig | null = null
-/** What reached the sim, in order: a request arriving, a request ending. */
-let log: Array<{ kind: 'req' | 'end'; tag: string; outcome?: string }> = []
+let w: LaneWatch
 
 async function open (limits: Record<string, unknown>): Promise<Rig> {
   if (rig) await rig.close()
   const r = await startRig({ workers: 2, limits })
-  const tags = new Map<number, string>()
-  log = []
-  const l = log
-  r.sim.events.on('request', (e) => {
-    const tag = String(e.headers['x-test-tag'] ?? '')
-    tags.set(e.id, tag)
-    l.push({ kind: 'req', tag })
-  })
-  r.sim.events.on('end', (e) => l.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome }))
+  w = new LaneWatch(r)
   rig = r
   return r
 }
 t.teardown(() => rig?.close())
 
-interface Reply { status: number; headers: Record<string, string | string[] | undefined>; json: Record<string, unknown>; text: string }
-
 /** A blocking exchange tagged `tag` in session `session`; `sim` is the `#sim` directive. */
-async function post (r: Rig, tag: string, session: string | null, sim: string, dispatcher?: Dispatcher): Promise<Reply> {
-  const res = await request(r.url + CHAT, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-test-tag': tag, ...(session === null ? {} : { 'x-session-id': session }) },
-    body: JSON.stringify(chatBody(`${tag}\n#sim ${sim}`)),
-    dispatcher,
-  })
-  const text = await res.body.text()
-  let json: Record<string, unknown> = {}
-  try { json = JSON.parse(text) } catch {}
-  return { status: res.statusCode, headers: res.headers, json, text }
-}
-
-const OUTCOMES = ['entered', 'queued', 'refused_full', 'released', 'cancel', 'cancel_after_promote', 'reclaimed', 'cancel_request'] as const
-type Lanes = Record<(typeof OUTCOMES)[number], number>
-
-async function lanes (r: Rig): Promise<Lanes> {
-  const m = await r.gw.metrics()
-  return Object.fromEntries(OUTCOMES.map((o) => [o, m.get(`sluice_session_lane_total{outcome="${o}"}`) ?? NaN])) as Lanes
-}
-function delta (a: Lanes, b: Lanes): Lanes {
-  return Object.fromEntries(OUTCOMES.map((o) => [o, b[o] - a[o]])) as Lanes
-}
-async function gauge (r: Rig, name: string): Promise<number> {
-  return (await r.gw.metrics()).get(name) ?? NaN
-}
-
-/** Starts `go` and resolves once the gateway has counted it into a lane (defines arrival order). */
-async function entered (r: Rig, go: () => Promise<Reply>): Promise<[Promise<Reply>]> {
-  const before = (await lanes(r)).entered
-  const p = go()
-  p.catch(() => {})
-  await until(async () => (await lanes(r)).entered > before, 'the request to enter its lane')
-  return [p]
-}
-
-function seen (prefix: string): string[] {
-  return log.filter((e) => e.kind === 'req' && e.tag.startsWith(prefix)).map((e) => e.tag)
-}
-function maxInFlight (match: (tag: string) => boolean): number {
-  let n = 0
-  let max = 0
-  for (const e of log) {
-    if (!match(e.tag)) continue
-    n += e.kind === 'req' ? 1 : -1
-    max = Math.max(max, n)
-  }
-  return max
-}
-
-async function settled (t: Test, r: Rig): Promise<void> {
-  t.same(await waitIdle(r.gw), {}, 'every permit, byte and lane entry back at idle')
-  const m = await r.gw.metrics()
-  const l = await lanes(r)
-  t.equal(l.entered, l.released + l.cancel + l.cancel_after_promote + l.reclaimed, 'every lane entry left once')
-  t.equal(m.get('sluice_sessions'), 0, 'no session has a pending exchange')
-  t.equal(m.get('sluice_admissions_total'), m.get('sluice_releases_total'), 'every admission released once')
-}
+const post = (_r: Rig, tag: string, session: string | null, sim: string, dispatcher?: Dispatcher): Promise<Reply> =>
+  w.post(tag, sim, { session: session === null ? {} : { 'x-session-id': session }, dispatcher })
+const lanes = (_r: Rig): Promise<Lanes> => w.lanes()
+const gauge = (_r: Rig, name: string): Promise<number> => w.gauge(name)
+const entered = (_r: Rig, go: () => Promise<Reply>): Promise<[Promise<Reply>]> => w.entered(go)
+const seen = (prefix: string): string[] => w.seen(prefix)
+const maxInFlight = (match: (tag: string) => boolean): number => w.maxInFlight(match)
+const settled = (t: Test, _r: Rig): Promise<void> => w.settled(t)
 
 /** The exact refusal of DESIGN.md "Sessions". */
 function isQueueFull (t: Test, r: Reply, session: string, limit: number, pendingCount: number): void {

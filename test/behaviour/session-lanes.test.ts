@@ -8,18 +8,16 @@
 
 import t, { type Test } from 'tap'
 import { connect, type Socket } from 'node:net'
-import { request, type Dispatcher } from 'undici'
+import { request } from 'undici'
 import { sha256Hex } from '../../src/config/load.ts'
 import { KEY, chatBody, messagesBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { until, waitIdle } from '../helpers/gateway.ts'
+import { CHAT, LaneWatch, OUTCOMES, delta, type Lanes, type PostOpts, type Reply } from '../helpers/lanes.ts'
 
 const OTHER_KEY = 'sk-second-gateway-key-9876543210'
-const CHAT = '/v1/chat/completions'
 
 let rig: Rig
-/** What reached the sim, in order: a request arriving, a request ending. */
-const log: Array<{ kind: 'req' | 'end'; tag: string; outcome?: string }> = []
-
+let w: LaneWatch
 t.before(async () => {
   rig = await startRig({
     workers: 2,
@@ -28,95 +26,18 @@ t.before(async () => {
       { name: 'other', sha256: sha256Hex(OTHER_KEY), models: ['*'] },
     ],
   })
-  const tags = new Map<number, string>()
-  rig.sim.events.on('request', (e) => {
-    const tag = String(e.headers['x-test-tag'] ?? '')
-    tags.set(e.id, tag)
-    log.push({ kind: 'req', tag })
-  })
-  rig.sim.events.on('end', (e) => log.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome }))
+  w = new LaneWatch(rig)
 })
 t.teardown(() => rig?.close())
 
-interface Reply { status: number; headers: Record<string, string | string[] | undefined>; json: Record<string, unknown>; text: string }
-
-interface PostOpts {
-  /** Session headers, e.g. { 'x-session-id': 's1' }. */
-  session?: Record<string, string>
-  key?: string
-  path?: string
-  body?: unknown
-  signal?: AbortSignal
-  dispatcher?: Dispatcher
-}
-
-/** A blocking exchange tagged `tag`; `sim` is the `#sim` directive for the provider. */
-async function post (tag: string, sim: string, o: PostOpts = {}): Promise<Reply> {
-  const res = await request(rig.url + (o.path ?? CHAT), {
-    method: 'POST',
-    headers: { authorization: `Bearer ${o.key ?? KEY}`, 'content-type': 'application/json', 'x-test-tag': tag, ...o.session },
-    body: JSON.stringify(o.body ?? chatBody(`${tag}\n#sim ${sim}`)),
-    signal: o.signal,
-    dispatcher: o.dispatcher,
-  })
-  const text = await res.body.text()
-  let json: Record<string, unknown> = {}
-  try { json = JSON.parse(text) } catch {}
-  return { status: res.statusCode, headers: res.headers, json, text }
-}
-
-const OUTCOMES = ['entered', 'queued', 'refused_full', 'released', 'cancel', 'cancel_after_promote', 'reclaimed', 'cancel_request'] as const
-type Lanes = Record<(typeof OUTCOMES)[number], number>
-
-async function lanes (): Promise<Lanes> {
-  const m = await rig.gw.metrics()
-  return Object.fromEntries(OUTCOMES.map((o) => [o, m.get(`sluice_session_lane_total{outcome="${o}"}`) ?? NaN])) as Lanes
-}
-function delta (a: Lanes, b: Lanes): Lanes {
-  return Object.fromEntries(OUTCOMES.map((o) => [o, b[o] - a[o]])) as Lanes
-}
-async function gauge (name: string): Promise<number> {
-  return (await rig.gw.metrics()).get(name) ?? NaN
-}
-
-/** Starts `go` and resolves once the gateway has counted it into a lane (defines arrival order). */
-async function entered (go: () => Promise<Reply>): Promise<[Promise<Reply>]> {
-  const before = (await lanes()).entered
-  const p = go()
-  p.catch(() => {})
-  await until(async () => (await lanes()).entered > before, 'the request to enter its lane')
-  return [p]
-}
-
-/** Tags (with `prefix`) of the requests the sim saw, in arrival order. */
-function seen (prefix: string): string[] {
-  return log.filter((e) => e.kind === 'req' && e.tag.startsWith(prefix)).map((e) => e.tag)
-}
-function outcomeOf (tag: string): string | undefined {
-  return log.find((e) => e.kind === 'end' && e.tag === tag)?.outcome
-}
-/** The most requests matching `match` the sim had in flight at one time. */
-function maxInFlight (match: (tag: string) => boolean): number {
-  let n = 0
-  let max = 0
-  for (const e of log) {
-    if (!match(e.tag)) continue
-    n += e.kind === 'req' ? 1 : -1
-    max = Math.max(max, n)
-  }
-  return max
-}
-
-/** Every test ends here: the ledger idle, and every lane entry accounted exactly once. */
-async function settled (t: Test): Promise<void> {
-  t.same(await waitIdle(rig.gw), {}, 'every permit, byte and lane entry back at idle')
-  const m = await rig.gw.metrics()
-  const l = await lanes()
-  t.equal(l.entered, l.released + l.cancel + l.cancel_after_promote + l.reclaimed, 'every lane entry left once')
-  t.equal(m.get('sluice_sessions'), 0, 'no session has a pending exchange')
-  t.equal(m.get('sluice_session_pending_max'), 0, 'no session has a pending exchange')
-  t.equal(m.get('sluice_admissions_total'), m.get('sluice_releases_total'), 'every admission released once')
-}
+const post = (tag: string, sim: string, o: PostOpts = {}): Promise<Reply> => w.post(tag, sim, o)
+const lanes = (): Promise<Lanes> => w.lanes()
+const gauge = (name: string): Promise<number> => w.gauge(name)
+const entered = (go: () => Promise<Reply>): Promise<[Promise<Reply>]> => w.entered(go)
+const seen = (prefix: string): string[] => w.seen(prefix)
+const outcomeOf = (tag: string): string | undefined => w.outcomeOf(tag)
+const maxInFlight = (match: (tag: string) => boolean): number => w.maxInFlight(match)
+const settled = (t: Test): Promise<void> => w.settled(t)
 
 let n = 0
 const sid = (what: string): string => `${what}-${process.pid}-${++n}`
