@@ -353,7 +353,11 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     // The record is written once everything is actually released (upstream closed too), so
     // releaseMs and the trace's end are the real release. A release that never comes (a bug)
     // still gets its line, with releaseMs null.
-    if (released) await Promise.race([released, new Promise((resolve) => setTimeout(resolve, RELEASE_LOG_WAIT_MS).unref())])
+    if (released) {
+      let timer: ReturnType<typeof setTimeout> | undefined
+      await Promise.race([released, new Promise((resolve) => { timer = setTimeout(resolve, RELEASE_LOG_WAIT_MS).unref() })])
+      clearTimeout(timer) // not one 30 s timer left behind per exchange
+    }
     trace.end({
       'sluice.code': rec.code,
       'http.response.status_code': rec.status,
