@@ -152,8 +152,6 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       } else if (msg.type === 'fatal') {
         error = msg.error
         this.log.error({ worker: w.row, generation, err: msg.error }, 'worker failed')
-      } else if (msg.type === 'log') {
-        this.log[msg.level]({ worker: w.row, generation, ...msg.fields }, msg.msg)
       }
     })
     worker.on('error', (err: Error & { code?: string }) => {

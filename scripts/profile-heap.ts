@@ -5,7 +5,7 @@
 // Starts the simulated provider (src/load/sim-child.ts, its own process, so its allocations
 // are not in the profile) and `sluice serve` in front of it under a heap profiler, drives
 // `--concurrency` streaming exchanges at a time for `--seconds` (the captured client bodies of
-// test/unit/sim/fixtures, all three protocols, each steered by a `#sim` line), stops sluice,
+// ops/load/fixtures, all three protocols, each steered by a `#sim` line), stops sluice,
 // and prints where the profile is with a short per-thread summary. Bounded in time: it stops
 // by itself, and kills what it started if anything hangs.
 //

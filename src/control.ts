@@ -29,4 +29,3 @@ export type WorkerToPrimary =
   | { readonly type: 'listening'; readonly port: number }
   | { readonly type: 'fatal'; readonly error: string }
   | { readonly type: 'drained' }
-  | { readonly type: 'log'; readonly level: 'info' | 'warn' | 'error'; readonly msg: string; readonly fields?: Record<string, unknown> }

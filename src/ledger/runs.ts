@@ -103,15 +103,4 @@ export class RunTable {
     }
     this.core.unlock()
   }
-
-  /** The run's current count (0 when unknown). */
-  count (key: string, run: string): number {
-    const [a, b] = RunTable.hash(key, run)
-    const { i32 } = this.core
-    for (let s = 0; s < this.slots; s++) {
-      const at = this.base + s * RUN_FIELDS
-      if (Atomics.load(i32, at + RUN_HASH_A) === a && Atomics.load(i32, at + RUN_HASH_B) === b) return Atomics.load(i32, at + RUN_COUNT)
-    }
-    return 0
-  }
 }

@@ -8,7 +8,7 @@
 // the benchmark sees is the gateway's own and start-up runs under the quota too.
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 export type QuotaKind = 'cgroup-v2' | 'cgroup-v1' | 'taskset' | 'none'
@@ -173,18 +173,6 @@ export function cpuMs (pid: number): number {
   const f = s.slice(s.lastIndexOf(')') + 2).split(' ')
   // f[0] is field 3 (state): utime is field 14, stime field 15.
   return (Number(f[11]) + Number(f[12])) * 1000 / ticksPerSecond()
-}
-
-/** Sum of the living threads' run time from /proc/<pid>/task/<tid>/schedstat, in ms (ns resolution). */
-export function threadsCpuMs (pid: number): number {
-  let ns = 0
-  let tids: string[]
-  try { tids = readdirSync(`/proc/${pid}/task`) } catch { return NaN }
-  for (const tid of tids) {
-    const s = tryRead(`/proc/${pid}/task/${tid}/schedstat`)
-    if (s !== null) ns += Number(s.split(' ')[0])
-  }
-  return ns / 1e6
 }
 
 /** VmRSS in MB (MiB), NaN when the process is gone. */

@@ -4,7 +4,7 @@
 // phases against it from this process (outside the quota):
 //   team      engineers x threadsPerEngineer simultaneous threads, each a sequence of
 //             exchanges cycling through chat / responses / messages, streaming and buffered,
-//             with the captured client request bodies (test/unit/sim/fixtures) steered by a
+//             with the captured client request bodies (ops/load/fixtures) steered by a
 //             `#sim ttft=.. tokens=.. interval=..` line for realistic provider timing;
 //   headroom  the team plus headroomThreads more threads (32 active with the defaults);
 //   burst     maxActive exchanges (a few short, the rest outlasting the queue wait), then
@@ -32,7 +32,7 @@ import { hashSettings, percentiles, type Hardware, type Receipt } from './receip
 export const ROOT = new URL('../../', import.meta.url).pathname
 const BIN = join(ROOT, 'bin/sluice.ts')
 const SIM_CHILD = join(ROOT, 'src/load/sim-child.ts')
-export const FIXTURE_DIR = join(ROOT, 'test/unit/sim/fixtures')
+export const FIXTURE_DIR = join(ROOT, 'ops/load/fixtures')
 const NODE = process.execPath
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

@@ -44,7 +44,7 @@ t.test('raw bytes through sluice equal the provider\'s, every protocol, streamin
 })
 
 t.test('captured client requests (Codex CLI, Claude Code, SDKs) pass through exactly', async (t) => {
-  const dir = new URL('../unit/sim/fixtures/', import.meta.url)
+  const dir = new URL('../../ops/load/fixtures/', import.meta.url)
   const files = readdirSync(dir).filter((f) => f.endsWith('.request.json'))
   t.ok(files.length >= 12, `${files.length} captured requests`)
   for (const f of files) {

@@ -1,4 +1,4 @@
-// Real client streams (../shared/fixtures/clients, copied into test/unit/sim/fixtures): every
+// Real client streams (../shared/fixtures/clients, copied into ops/load/fixtures): every
 // frame is classified
 // without a false malformed, the terminal and usage are found, in any chunking.
 import t from 'tap'
@@ -6,7 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { feed } from './feed.ts'
 import type { Protocol } from '../../../src/protocols/index.ts'
 
-const dir = new URL('../sim/fixtures/', import.meta.url)
+const dir = new URL('../../../ops/load/fixtures/', import.meta.url)
 const files = readdirSync(dir).filter(f => f.endsWith('.response.sse')).sort()
 
 function protocolOf (file: string): Protocol {
