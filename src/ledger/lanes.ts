@@ -13,7 +13,7 @@
 //                                       E_EXCHANGE x4 (the exchange's UUID), E_CANCEL, E_FLAGS }
 //
 // There is no per-session record: a session *is* the set of non-FREE entries carrying its
-// 64-bit key (SHA-256 of "<key name>\0<session id>", so two gateway keys never share a lane).
+// 64-bit key (scopedHash(key name, session id), scoped-hash.ts: two gateway keys never share a lane).
 // That keeps the truth in one kind of cell — the entries — which the primary can rebuild
 // everything else from after a death, exactly as for a gate's waiter slots. A lane exists
 // while it has an entry and costs nothing once its last entry is freed.
@@ -84,7 +84,7 @@ import {
   LT_CANCELS, LT_CANCEL_AFTER_PROMOTE, LT_CANCEL_REQUESTS, LT_ENTERED, LT_QUEUED, LT_RECLAIMED,
   LT_REFUSED_ENTRIES, LT_REFUSED_FULL, LT_RELEASED,
 } from './layout.ts'
-import { createHash } from 'node:crypto'
+import { scopedHash } from './scoped-hash.ts'
 
 /** A 64-bit key as two Int32 halves; (0, 0) is never produced. */
 export type Key64 = readonly [number, number]
@@ -152,7 +152,7 @@ export class Lanes {
 
   /** The lane key of a session: scoped by the gateway key's name. */
   static key (keyName: string, sessionId: string): Key64 {
-    return key64(createHash('sha256').update(keyName).update('\0').update(sessionId).digest())
+    return key64(scopedHash(keyName, sessionId))
   }
 
   /** The 128 bits of an exchange id, or null when it is not a UUID (no entry can match it). */

@@ -5,7 +5,7 @@
 //
 //   RUN_SLOTS x { RUN_HASH_A, RUN_HASH_B, RUN_COUNT, RUN_LAST_USED }
 //
-// A run is keyed by 64 bits of SHA-256("<key name>\0<run id>"); (0, 0) marks an empty slot.
+// A run is keyed by 64 bits of scopedHash(key name, run id) (scoped-hash.ts); (0, 0) marks an empty slot.
 //
 // ## Invariants (outside the lock)
 //
@@ -26,7 +26,7 @@
 // A thread that dies inside take() can leave a half-written slot (a hash without its count);
 // it is not repaired: such a slot is a run nobody will look up, evicted like any other.
 
-import { createHash } from 'node:crypto'
+import { scopedHash } from './scoped-hash.ts'
 import type { LedgerCore } from './core.ts'
 import { RUN_COUNT, RUN_FIELDS, RUN_HASH_A, RUN_HASH_B, RUN_LAST_USED } from './layout.ts'
 
@@ -46,7 +46,7 @@ export class RunTable {
   }
 
   static hash (key: string, run: string): [number, number] {
-    const d = createHash('sha256').update(key).update('\0').update(run).digest()
+    const d = scopedHash(key, run)
     let a = d.readInt32LE(0)
     const b = d.readInt32LE(4)
     if (a === 0 && b === 0) a = 1
