@@ -1,6 +1,6 @@
 // The simulated model provider (`sluice sim`, and the embedded default upstream).
 export { startSim, DEFAULT_MODELS } from './server.ts'
-export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimEndEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
+export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimEndEvent, SimBodyEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
 export { parseDirective, lastUserText, DEFAULT_DIRECTIVE, FAULTS, LIMITS } from './directive.ts'
 export type { SimDirective, SimFault, SimProtocol } from './directive.ts'
 export { SIM_CREATED } from './script.ts'

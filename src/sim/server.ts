@@ -78,8 +78,12 @@ export interface SimStats {
   faults: number
 }
 
+/** The parsed JSON body of a model request (after the request event), for tests to inspect. */
+export interface SimBodyEvent { id: number; protocol: SimProtocol; body: Record<string, unknown> }
+
 export interface SimEvents {
   request: [SimRequestEvent]
+  body: [SimBodyEvent]
   end: [SimEndEvent]
 }
 
@@ -316,6 +320,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
 
     const protocol = r.protocol as SimProtocol
     const renderer = r.renderer as Renderer
+    if (events.listenerCount('body') > 0) events.emit('body', { id: ex.id, protocol, body })
     const directive = parseDirective(lastUserText(protocol, body))
     const seed = seedFrom(raw)
     const script = buildScript(protocol, body, raw.length, seed, directive)

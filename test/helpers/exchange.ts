@@ -1,7 +1,7 @@
 // A gateway in front of a simulated provider that lives in the test process, so tests can
 // watch exactly what reaches the upstream (sim.events) and compare with direct calls.
 
-import { startSim, type Sim, type SimEndEvent, type SimRequestEvent } from '../../src/sim/index.ts'
+import { startSim, type Sim, type SimBodyEvent, type SimEndEvent, type SimRequestEvent } from '../../src/sim/index.ts'
 import { sha256Hex } from '../../src/config/load.ts'
 import { startGateway, type Gateway } from './gateway.ts'
 
@@ -14,6 +14,8 @@ export interface Rig {
   /** Base URL of the gateway, e.g. http://127.0.0.1:PORT */
   url: string
   requests: SimRequestEvent[]
+  /** The parsed body of every model request the sim received, in order. */
+  bodies: SimBodyEvent[]
   ends: SimEndEvent[]
   close (): Promise<void>
 }
@@ -22,7 +24,9 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
   const sim = await startSim({ apiKey: PROVIDER_KEY })
   const requests: SimRequestEvent[] = []
   const ends: SimEndEvent[] = []
+  const bodies: SimBodyEvent[] = []
   sim.events.on('request', (e) => requests.push(e))
+  sim.events.on('body', (e) => bodies.push(e))
   sim.events.on('end', (e) => ends.push(e))
   const providers = opts.providers?.(sim.url) ?? [
     { name: 'sim-chat', protocol: 'openai-chat', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-4o*', 'sim-chat'], aliases: { 'fast-chat': 'gpt-4o-mini' } },
@@ -41,6 +45,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
     gw,
     url: `http://127.0.0.1:${gw.port}`,
     requests,
+    bodies,
     ends,
     async close () {
       await gw.stop()
