@@ -172,7 +172,8 @@ t.test('an answer of 2.5 million {} values does not end the worker: an honest re
   const line = await logLine(String(r.headers['x-sluice-exchange-id']))
   t.same(line.usage, { inputTokens: 3, outputTokens: 5, totalTokens: 8 }, 'its usage read by the parser pool')
   t.same(workerExits(), [], 'no worker ended')
-  t.equal((await rig.gw.metrics()).get('sluice_worker_restarts_total{worker="0"}'), 0, 'no restart')
+  const restarts = [...(await rig.gw.metrics())].filter(([k]) => k.startsWith('sluice_worker_restarts_total'))
+  t.ok(restarts.length > 0 && restarts.every(([, v]) => v === 0), 'no restart')
   t.same(await waitIdle(rig.gw), {}, 'idle')
 })
 
