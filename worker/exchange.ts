@@ -24,7 +24,7 @@ import type { Authenticator } from './auth.ts'
 import { readBody } from './body.ts'
 import { closeIfUnread, sendJson } from './reply.ts'
 import type { Holdings } from './holdings.ts'
-import { failureRecord, relayBuffered, relayStream, type Outcome, type Signer } from './relay.ts'
+import { failureRecord, headerExcerpt, relayBuffered, relayStream, type Outcome, type Signer } from './relay.ts'
 import type { TurnPins, TurnTicket } from './turns.ts'
 import { sessionIdOf, type LaneTicket, type SessionLanes } from './sessions.ts'
 import type { KeyConfig } from '../src/config/schema.ts'
@@ -297,6 +297,9 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     deps.ledger.observe(HIST_FIRST_BYTE, rec.ttfbMs)
     wait.end({ 'http.response.status_code': up.statusCode })
     up.body.once('close', () => h.settle('upstream'))
+    // undici's body, destroyed before it was read to the end, emits RequestAbortedError: a
+    // body refused unread (below) must not take the worker down as an uncaught 'error'.
+    up.body.on('error', () => {})
     h.unreserve(bodyBytes)
     bodyBytes = 0
 
@@ -305,18 +308,29 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       throw await providerFailure({ deps, holdings: h, signal }, up)
     }
 
-    // 7. Relay.
+    // A streaming request must get an event stream: anything else (a 200 login page, a JSON
+    // body) is the provider breaking its protocol, refused before any byte, never evidence.
+    if (rec.stream && !isEventStream(up.headers)) {
+      throw new SluiceError('provider_protocol_error', { reason: 'not an event stream', contentType: headerExcerpt(up.headers['content-type']) },
+        'the provider answered a streaming request with something that is not text/event-stream')
+    }
+
+    // 7. Relay. A non-streaming answer is held and read whole before any byte goes out: its
+    // failures throw, and are refused below like every failure before the first byte.
     const relay = trace.phase('relay', { 'sluice.stream': rec.stream })
     deps.ledger.gauge(RG_STREAMS, 1)
-    let outcome: Outcome
+    let outcome: Outcome = { code: 'internal_error' }
     try {
-      outcome = rec.stream && isEventStream(up.headers)
+      outcome = rec.stream
         ? await relayStream({ deps, rec, route, up, res, holdings: h, signal })
         : await relayBuffered({ deps, rec, route, up, res, holdings: h, signal })
+    } catch (err) {
+      outcome = { code: (signal.aborted ? abortCause(signal) : transportError(err, signal)).code }
+      throw err
     } finally {
       deps.ledger.gauge(RG_STREAMS, -1)
+      relay.end({ 'sluice.code': outcome.code, 'sluice.bytes_out': rec.bytesOut, 'sluice.frames': rec.frames, 'sluice.partial': rec.partial })
     }
-    relay.end({ 'sluice.code': outcome.code, 'sluice.bytes_out': rec.bytesOut, 'sluice.frames': rec.frames, 'sluice.partial': rec.partial })
     rec.code = outcome.code
     rec.status = res.statusCode
   } catch (err) {

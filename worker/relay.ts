@@ -11,8 +11,9 @@
 // chunk is held back until it ends, and a malformed frame is cut off where it starts; so a
 // tail always begins at a frame boundary.
 //
-// Non-streaming: the body is forwarded as it arrives, and kept (reserved, up to
-// maxOutputBytes) only to read usage at the end.
+// Non-streaming: the whole answer is held (reserved, up to maxOutputBytes) and read in the
+// parser pool before any byte goes out, so every failure of a non-streaming answer reaches the
+// caller as the signed JSON refusal (see relayBuffered).
 
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
@@ -238,92 +239,157 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   return { code: err.code }
 }
 
+/**
+ * Non-streaming: nothing goes out until the whole answer is held and read. The body is kept
+ * (every byte reserved in the storage budget, at most limits.maxOutputBytes), then read in the
+ * parser pool under the parse permit (bounded JSON checks, JSON.parse, usage: never parsed in
+ * this worker's heap, src/json/answer.ts), and only then sent, at the client's pace. So a
+ * provider that cuts, stalls or sends something that is not JSON costs the caller nothing it
+ * has seen: this throws the failure's SluiceError and runExchange answers with the signed JSON
+ * refusal. An answer over maxOutputBytes (declared or counted) is output_too_large.
+ */
 export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   const { deps, rec, up, res, holdings, signal } = ctx
-  const inspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
-  const cap = deps.config.limits.maxOutputBytes
-  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, true), 'x-sluice-exchange-id': rec.exchangeId })
-  const kept: Buffer[] = []
-  let keptBytes = 0
-  let keeping = true
-  let bytesOut = 0
-  // The last chunk is held back until the end is known: the caller must not hold the whole
-  // body before the exchange's session slot is returned (see Holdings.releaseLane).
-  let held: Buffer | null = null
+  const limits = deps.config.limits
+  const cap = limits.maxOutputBytes
+  if (!isJson(up.headers)) {
+    throw new SluiceError('provider_protocol_error', { reason: 'not JSON', contentType: headerExcerpt(up.headers['content-type']) }, 'the provider answered with a body that is not JSON')
+  }
+  const declared = contentLength(up.headers)
+  if (declared !== null && declared > cap) throw tooLarge(cap, declared)
+  let body: Buffer
   try {
-    for await (const data of up.body) {
-      const chunk = data as Buffer
-      if (held !== null) {
-        const out: Buffer = held
-        held = null
-        if (!keeping) holdings.setFloating(0, 0)
-        bytesOut += out.length
-        if (!res.write(out)) await drained(res, signal, deps.config.limits.clientStallMs)
-      }
-      if (keeping) {
-        if (keptBytes + chunk.length <= cap && holdings.tryReserve(chunk.length)) {
-          kept.push(chunk)
-          keptBytes += chunk.length
-        } else {
-          // Too large to keep for usage: forward only.
-          keeping = false
-          kept.length = 0
-          holdings.unreserve(keptBytes)
-          keptBytes = 0
-        }
-      }
-      held = chunk
-      if (!keeping) holdings.setFloating(0, chunk.length)
+    const held = new HeldAnswer(holdings, cap, declared)
+    try {
+      for await (const data of up.body) held.push(data as Buffer)
+    } catch (err) {
+      throw err instanceof SluiceError ? err : signal.aborted ? abortCause(signal) : transportError(err, signal)
+    }
+    const bytes = held.take()
+    await takeParse(ctx)
+    let result
+    try {
+      // The buffer is transferred to the parser thread (zero copy) and comes back.
+      result = await deps.parser.readAnswer({
+        kind: 'answer',
+        body: bytes,
+        protocol: ROUTE_PROTOCOL[ctx.route],
+        limits: { maxDepth: limits.maxJsonDepth, maxNodes: limits.maxJsonNodes },
+      }, { signal })
+    } finally {
+      holdings.releaseParse()
+    }
+    if (!result.ok) throw SluiceError.from(result.error)
+    if (signal.aborted) throw abortCause(signal)
+    body = Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
+    rec.usage = result.usage
+  } catch (err) {
+    holdings.setFloating(0, 0)
+    throw err
+  }
+
+  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'content-length': String(body.length), 'x-sluice-exchange-id': rec.exchangeId })
+  let bytesOut = 0
+  try {
+    // Slices at the client's pace; the last one only after the session's slot is returned:
+    // the caller must not hold the whole answer before that (see Holdings.releaseLane).
+    for (let at = 0; at < body.length; at += ANSWER_SLICE) {
+      const slice = body.subarray(at, at + ANSWER_SLICE)
+      if (at + slice.length === body.length) holdings.releaseLane()
+      const ok = res.write(slice)
+      bytesOut += slice.length
+      if (!ok) await drained(res, signal, limits.clientStallMs)
     }
   } catch (err) {
-    if (keptBytes > 0) holdings.unreserve(keptBytes)
+    const se = signal.aborted ? abortCause(signal) : SluiceError.from(err)
     holdings.setFloating(0, 0)
-    const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     rec.bytesOut = bytesOut
     rec.partial = true
+    // Nobody is reading (client_stalled), or nobody is there (client_closed): cut.
     if (se.code !== 'client_closed') deps.ledger.countRefusal(se.code)
-    // A JSON body cut short cannot carry an error event: end the connection so the client
-    // sees a truncated body, never a complete-looking one.
     res.destroy()
     return { code: se.code }
   }
+  holdings.releaseLane() // an empty body has no last slice
   rec.bytesOut = bytesOut
-  let malformed = false
-  if (keeping && keptBytes > 0) {
-    await takeParse(ctx)
-    try {
-      const value = JSON.parse(Buffer.concat(kept, keptBytes).toString('utf8')) as unknown
-      const usage = inspector.usageFromJson(value)
-      rec.usage = usage ? { ...usage } as Record<string, number> : null
-    } catch {
-      rec.usage = null
-      // A JSON answer that does not parse is the provider breaking its protocol.
-      malformed = isJson(up.headers)
-    } finally {
-      holdings.releaseParse()
-      kept.length = 0
-      holdings.unreserve(keptBytes)
-    }
-  }
-  if (malformed) {
-    // Its last chunk is still held back: cut the connection so the caller sees a truncated
-    // body, never a complete-looking one that is not JSON, and nothing counts as evidence.
-    const err = new SluiceError('provider_protocol_error', {}, 'the provider answered with a body that is not valid JSON')
-    deps.ledger.countRefusal(err.code)
-    rec.partial = true
-    rec.evidence = false
-    holdings.setFloating(0, 0)
-    res.destroy()
-    return { code: err.code }
-  }
   rec.partial = false
-  rec.evidence = up.statusCode < 300
-  holdings.releaseLane()
-  if (held !== null) bytesOut += (held as Buffer).length
-  rec.bytesOut = bytesOut
-  await endResponse(res, held ?? undefined)
+  rec.evidence = true
+  await endResponse(res)
   holdings.setFloating(0, 0)
   return { code: 'ok' }
+}
+
+/** A held answer goes out in slices of this size, each awaiting 'drain' when the socket is full. */
+const ANSWER_SLICE = 64 * 1024
+
+/**
+ * The answer being held, its bytes reserved as the relay's floating reservation (counted in
+ * sluice_stream_pending_bytes). With a content-length the whole buffer is reserved and
+ * allocated once and chunks are copied in; without one the chunks are kept and joined at the
+ * end (both copies reserved for that moment). Either way the result owns its ArrayBuffer, so
+ * it can be transferred to the parser pool without another copy.
+ */
+class HeldAnswer {
+  private readonly holdings: Holdings
+  private readonly cap: number
+  private buf: Buffer | null = null
+  private readonly chunks: Buffer[] = []
+  private n = 0
+
+  constructor (holdings: Holdings, cap: number, declared: number | null) {
+    this.holdings = holdings
+    this.cap = cap
+    if (declared !== null) {
+      holdings.setFloating(0, declared)
+      this.buf = Buffer.allocUnsafeSlow(declared)
+    }
+  }
+
+  push (chunk: Buffer): void {
+    if (this.n + chunk.length > this.cap) throw tooLarge(this.cap, this.n + chunk.length)
+    if (this.buf !== null) {
+      if (this.n + chunk.length > this.buf.length) {
+        throw new SluiceError('provider_protocol_error', { reason: 'longer than its content-length', contentLength: this.buf.length }, 'the provider sent more bytes than its content-length')
+      }
+      chunk.copy(this.buf, this.n)
+    } else {
+      this.holdings.setFloating(0, this.n + chunk.length)
+      this.chunks.push(chunk)
+    }
+    this.n += chunk.length
+  }
+
+  /** The whole answer, in a buffer of its own. */
+  take (): Buffer {
+    if (this.buf !== null) {
+      // undici refuses a body shorter than its content-length; this is only a second check.
+      if (this.n !== this.buf.length) throw new SluiceError('provider_protocol_error', { reason: 'shorter than its content-length', contentLength: this.buf.length }, 'the provider sent fewer bytes than its content-length')
+      return this.buf
+    }
+    this.holdings.setFloating(0, 2 * this.n)
+    const out = Buffer.allocUnsafeSlow(this.n)
+    let at = 0
+    for (const c of this.chunks) { c.copy(out, at); at += c.length }
+    this.chunks.length = 0
+    this.holdings.setFloating(0, this.n)
+    return out
+  }
+}
+
+function tooLarge (cap: number, bytes: number): SluiceError {
+  return new SluiceError('output_too_large', { limit: cap, bytes }, `the provider's answer is larger than this gateway holds (limits.maxOutputBytes ${cap})`)
+}
+
+function contentLength (headers: Dispatcher.ResponseData['headers']): number | null {
+  const v = headers['content-length']
+  return typeof v === 'string' && /^\d{1,15}$/.test(v) ? Number(v) : null
+}
+
+/** A provider header value for a refusal's details: bounded, never a provider's essay. */
+export function headerExcerpt (v: string | string[] | undefined): string | null {
+  if (v === undefined) return null
+  const s = Array.isArray(v) ? v.join(', ') : v
+  return s.length > 64 ? s.slice(0, 64) + '…' : s
 }
 
 function isJson (headers: Dispatcher.ResponseData['headers']): boolean {

@@ -1,5 +1,6 @@
-// The parser pool: request preparation (src/json/prepare.ts) in heap-limited piscina threads,
-// so a hostile body that survives the byte, depth and node caps can still only exhaust a
+// The parser pool: request preparation (src/json/prepare.ts) and the reading of providers'
+// non-streaming answers (src/json/answer.ts) in heap-limited piscina threads, so a hostile
+// body or answer that survives the byte, depth and node caps can still only exhaust a
 // parser thread's heap, never the HTTP worker's.
 //
 // Design
@@ -42,7 +43,9 @@ import dc from 'node:diagnostics_channel'
 import { isMarkedAsUntransferable, type Worker } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { SluiceError, isErrorCode } from '../errors.ts'
+import type { AnswerResult, AnswerTask } from './answer.ts'
 import type { PrepareResult, PrepareTask } from './prepare.ts'
+import type { ParserTask } from './task.ts'
 
 export interface ParserPoolOptions {
   /** Pool threads (config limits.parserThreads). */
@@ -76,7 +79,7 @@ interface Tracked {
 }
 
 export class ParserPool {
-  readonly #piscina: Piscina<PrepareTask, PrepareResult>
+  readonly #piscina: Piscina<ParserTask, PrepareResult | AnswerResult>
   /** Every thread of this pool from its creation until its 'exit' has been observed. */
   readonly #threads = new Map<Worker, Tracked>()
   readonly #onWorker = (message: unknown): void => { this.#track((message as { worker: Worker }).worker) }
@@ -122,19 +125,32 @@ export class ParserPool {
   async prepare (task: PrepareTask, opts: { signal?: AbortSignal } = {}): Promise<PrepareResult> {
     if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
     const body = transferable(task.body)
+    return await this.#run({ body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope }, body, 'this request body', opts) as PrepareResult
+  }
+
+  /**
+   * Read one provider answer in a pool thread (src/json/answer.ts): bounded JSON checks, then
+   * JSON.parse, then its usage; the parsed object stays in the thread. `task.body` is handed
+   * over as in prepare() and comes back, untouched, in the result (`ok: true`). Refusals
+   * (`ok: false`) and rejections as in prepare().
+   */
+  async readAnswer (task: AnswerTask, opts: { signal?: AbortSignal } = {}): Promise<AnswerResult> {
+    if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
+    const body = transferable(task.body)
+    return await this.#run({ kind: 'answer', body, protocol: task.protocol, limits: task.limits }, body, 'this provider answer', opts) as AnswerResult
+  }
+
+  async #run (task: ParserTask, body: Uint8Array<ArrayBuffer>, what: string, opts: { signal?: AbortSignal }): Promise<PrepareResult | AnswerResult> {
     const lostBefore = this.#lost
-    let result: PrepareResult
+    let result: PrepareResult | AnswerResult
     try {
-      result = await this.#piscina.run(
-        { body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope },
-        { transferList: [body.buffer], signal: opts.signal ?? null },
-      )
+      result = await this.#piscina.run(task, { transferList: [body.buffer], signal: opts.signal ?? null })
     } catch (err) {
       this.#failed++
       // The caller holds the parse permit until this settles: wait for the dead thread.
       const departed = this.#departed()
       await Promise.all(departed)
-      throw this.#failure(err, departed.length > 0 || this.#lost > lostBefore, opts.signal)
+      throw this.#failure(err, departed.length > 0 || this.#lost > lostBefore, what, opts.signal)
     }
     this.#completed++
     return result
@@ -187,16 +203,16 @@ export class ParserPool {
     return waits
   }
 
-  #failure (err: unknown, threadLost: boolean, signal: AbortSignal | undefined): SluiceError {
+  #failure (err: unknown, threadLost: boolean, what: string, signal: AbortSignal | undefined): SluiceError {
     if (signal?.aborted) {
       const reason = signal.reason as { code?: unknown } | undefined
       return reason && isErrorCode(reason.code) ? SluiceError.from(reason) : new SluiceError('client_closed', { pool: 'parser' })
     }
     if (this.#closing !== null) return new SluiceError('shutting_down', { pool: 'parser' })
     if ((err as { code?: unknown } | null)?.code === 'ERR_WORKER_OUT_OF_MEMORY') {
-      return new SluiceError('worker_heap_exhausted', { pool: 'parser' }, 'a parser thread ran out of heap on this request body')
+      return new SluiceError('worker_heap_exhausted', { pool: 'parser' }, `a parser thread ran out of heap on ${what}`)
     }
-    if (threadLost) return new SluiceError('worker_lost', { pool: 'parser' }, 'a parser thread stopped while preparing this request')
+    if (threadLost) return new SluiceError('worker_lost', { pool: 'parser' }, `a parser thread stopped while reading ${what}`)
     return new SluiceError('internal_error', { pool: 'parser' }, `parser pool: ${err instanceof Error ? err.message : String(err)}`)
   }
 }

@@ -1,0 +1,89 @@
+// Reading a provider's non-streaming answer: the parser pool's second task (src/json/task.ts).
+// A pure function of its input, like prepare.ts, so it runs the same in a pool thread and in a
+// test.
+//
+//   bytes -> checkJson (the same depth and node caps as request bodies, before anything is
+//            built) -> UTF-8 decode (fatal) -> JSON.parse -> a JSON object -> its usage
+//
+// Why here and not in the HTTP worker: an answer may be up to limits.maxOutputBytes (8 MiB),
+// and 8 MiB of `{}` values is 2.5 million objects, more than a 128 MiB worker heap holds
+// (measured: ERR_WORKER_OUT_OF_MEMORY, every exchange on that worker lost). A parser thread
+// that runs out of heap costs one refusal (worker_heap_exhausted { pool: 'parser' }).
+//
+// Refusals are plain data with a catalogue code (they cross a thread boundary):
+//   output_too_large { reason: 'nodes' | 'depth', limit }  past this gateway's JSON caps: the
+//                          answer may be valid, it is more than the gateway reads (local side)
+//   provider_protocol_error { reason }                      not UTF-8, not JSON, not an object
+// The parsed object never leaves this function; only the usage numbers do.
+
+import type { ErrorCode, ErrorDetails } from '../errors.ts'
+import { isErrorCode } from '../errors.ts'
+import type { Protocol, Usage } from '../protocols/types.ts'
+import { usageFromJson as chatUsage } from '../protocols/chat.ts'
+import { usageFromJson as messagesUsage } from '../protocols/messages.ts'
+import { usageFromJson as responsesUsage } from '../protocols/responses.ts'
+import { checkJson, type JsonLimits } from './bounded.ts'
+
+export interface AnswerTask {
+  kind: 'answer'
+  /** The answer's bytes. In the pool its ArrayBuffer is transferred and comes back in the result. */
+  body: Uint8Array
+  protocol: Protocol
+  limits: JsonLimits
+}
+
+export interface AnswerOk {
+  ok: true
+  /** The same bytes, untouched (handed back by transfer). */
+  body: Uint8Array
+  usage: Record<string, number> | null
+  depth: number
+  nodes: number
+}
+
+export interface AnswerRefusal {
+  ok: false
+  error: { code: ErrorCode; details: ErrorDetails; message: string }
+}
+
+export type AnswerResult = AnswerOk | AnswerRefusal
+
+const USAGE: Record<Protocol, (value: unknown) => Usage | null> = {
+  'openai-chat': chatUsage,
+  'openai-responses': responsesUsage,
+  anthropic: messagesUsage,
+}
+
+const decoder = new TextDecoder('utf-8', { fatal: true })
+
+export function readAnswer (task: AnswerTask): AnswerResult {
+  const { body, limits } = task
+  let shape
+  try {
+    shape = checkJson(body, limits)
+  } catch (err) {
+    const code = (err as { code?: unknown }).code
+    if (code === 'json_too_many_nodes') {
+      return refuse('output_too_large', { reason: 'nodes', limit: limits.maxNodes }, `the provider's answer has more JSON values than this gateway reads (limits.maxJsonNodes ${limits.maxNodes})`)
+    }
+    if (code === 'json_too_deep') {
+      return refuse('output_too_large', { reason: 'depth', limit: limits.maxDepth }, `the provider's answer nests deeper than this gateway reads (limits.maxJsonDepth ${limits.maxDepth})`)
+    }
+    return refuse(isErrorCode(code) ? code : 'internal_error', {}, 'the provider\'s answer could not be checked')
+  }
+  let value: unknown
+  try {
+    value = JSON.parse(decoder.decode(body))
+  } catch {
+    return refuse('provider_protocol_error', { reason: 'not JSON', bytes: body.byteLength }, 'the provider answered with a body that is not valid JSON')
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return refuse('provider_protocol_error', { reason: 'not a JSON object', bytes: body.byteLength }, 'the provider answered with JSON that is not an object')
+  }
+  const usage = USAGE[task.protocol](value)
+  return { ok: true, body, usage: usage ? { ...usage } as Record<string, number> : null, depth: shape.depth, nodes: shape.nodes }
+}
+
+function refuse (code: ErrorCode, details: ErrorDetails, message: string): AnswerRefusal {
+  return { ok: false, error: { code, details, message } }
+}
