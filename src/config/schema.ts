@@ -40,6 +40,8 @@ export const limitsSchema = z.strictObject({
   parserYoungGenMb: int(1).default(16),
   parserThreads: int(1).max(64).default(1),
   healthGuardMs: int(1).default(1000),
+  /** A request whose header block is not complete within this is refused (408 http_headers_timeout). */
+  headersTimeoutMs: int(1).default(60_000),
   /** Runs tracked for turn pins (LRU beyond this). */
   maxTrackedRuns: int(0).max(1_000_000).default(4096),
   drainMs: int(0).default(30_000),
