@@ -55,6 +55,8 @@ export const upstreamSchema = z.strictObject({
   idleTimeoutMs: int(1).default(120_000),
   keepAliveTimeoutMs: int(1).default(30_000),
   connections: int(1).default(64),
+  /** Client headers forwarded to providers besides the built-in allowlist (worker/upstream.ts). */
+  forwardHeaders: z.array(z.string().regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'a lower-case header name')).default([]),
 })
 
 const modelPattern = z.string().min(1).regex(/^[^*]*\*?$/, 'a model name, optionally ending in one *')
