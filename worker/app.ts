@@ -65,6 +65,9 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     http: {
       // Node's empty 400 for a missing Host is replaced by the catalogue's (onRequest below).
       requireHostHeader: false,
+      // Node refuses a headersTimeout above requestTimeout (300 s by default) at creation;
+      // requestTimeout is 0 (off) anyway, as above.
+      requestTimeout: 0,
       headersTimeout: deps.config.limits.headersTimeoutMs,
       // Node checks its request timers on this interval (30 s by default).
       connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.ceil(deps.config.limits.headersTimeoutMs / 4))),
