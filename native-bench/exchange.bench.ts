@@ -251,6 +251,8 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
       keys: [{ name: 'bench', sha256: createHash('sha256').update(KEY).digest('hex'), models: ['*'] }],
       providers: [{ name: 'sim', protocol: 'openai-chat', baseUrl: simUrl, models: ['*'] }],
       ...extra,
+      // The sim matches requests by x-bench-id: forwarded past the header allowlist.
+      upstream: { forwardHeaders: ['x-bench-id'], ...(extra.upstream as Record<string, unknown> | undefined) },
     }))
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })

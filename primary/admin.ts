@@ -5,6 +5,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { Config } from '../src/config/schema.ts'
+import { SluiceError } from '../src/errors.ts'
 import { capabilities } from '../src/capabilities.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import { renderMetrics, type PrimaryCounters } from './metrics.ts'
@@ -23,7 +24,9 @@ export function startAdmin (deps: AdminDeps, host: string, port: number): Promis
   const caps = JSON.stringify(capabilities(deps.config, deps.version))
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? '/').split('?')[0]
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'application/json', '{"code":"not_found","error":"admin routes are GET only"}')
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      return send(res, 405, 'application/json', JSON.stringify(new SluiceError('method_not_allowed', { allow: 'GET, HEAD' }, 'admin routes are GET (or HEAD) only').toBody()), { allow: 'GET, HEAD' })
+    }
     switch (path) {
       case '/healthz':
         return send(res, 200, 'application/json', `{"status":"ok","uptimeMs":${Date.now() - deps.startedAt}}`)
@@ -43,7 +46,7 @@ export function startAdmin (deps: AdminDeps, host: string, port: number): Promis
       case '/capabilities':
         return send(res, 200, 'application/json', caps)
       default:
-        return send(res, 404, 'application/json', '{"code":"not_found","error":"no such admin route"}')
+        return send(res, 404, 'application/json', JSON.stringify(new SluiceError('not_found', {}, 'no such admin route').toBody()))
     }
   })
   server.keepAliveTimeout = 5_000
@@ -56,7 +59,7 @@ export function startAdmin (deps: AdminDeps, host: string, port: number): Promis
   })
 }
 
-function send (res: ServerResponse, status: number, type: string, body: string): void {
-  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' })
+function send (res: ServerResponse, status: number, type: string, body: string, extra: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store', ...extra })
   res.end(body)
 }

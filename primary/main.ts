@@ -18,6 +18,9 @@ import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
 import { createLogger } from '../src/log.ts'
 
+/** The embedded sim's address: never another interface (it is unauthenticated). */
+const SIM_HOST = '127.0.0.1'
+
 export interface PrimaryHandle {
   readonly config: Config
   readonly ledger: Ledger
@@ -69,7 +72,8 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   const eventRing = new EventRing(events, PRIMARY_ROW)
 
   let sim: { url: string; worker: Worker } | null = null
-  if (config.sim.enabled) sim = await startSimThread(config.listen.host, config.sim.port)
+  // The sim checks no key: loopback only, whatever listen.host serves the gateway on.
+  if (config.sim.enabled) sim = await startSimThread(SIM_HOST, config.sim.port)
 
   const supervisor = new Supervisor({
     config,

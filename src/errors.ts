@@ -49,6 +49,12 @@ export const catalogue = {
   client_closed: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the caller closed the connection' },
   exchange_cancelled: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the exchange was cancelled by a cancel request' },
   client_stalled: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the caller stopped reading the response for longer than the stall limit' },
+  // HTTP framing, refused by Node's parser before any route runs (worker/framing.ts)
+  http_malformed: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the request is not well-formed HTTP/1.1 (request line, Host, Content-Length, Transfer-Encoding or chunk framing)' },
+  http_headers_too_large: { status: 431, side: 'caller', retryAfterSeconds: null, message: 'the request line and headers are larger than the server accepts' },
+  http_headers_timeout: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the request headers did not arrive in time' },
+  http_expectation_failed: { status: 417, side: 'caller', retryAfterSeconds: null, message: 'the Expect header asks for something other than 100-continue' },
+  method_not_allowed: { status: 405, side: 'caller', retryAfterSeconds: null, message: 'this route does not take that method' },
   // provider
   provider_unavailable: { status: 502, side: 'provider', retryAfterSeconds: 5, message: 'the provider could not be reached or failed' },
   provider_timeout: { status: 504, side: 'provider', retryAfterSeconds: 5, message: 'the provider did not answer in time' },

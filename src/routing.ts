@@ -3,6 +3,7 @@
 import type { KeyConfig, Protocol, ProviderConfig } from './config/schema.ts'
 import { matchesAny } from './config/models.ts'
 import { SluiceError } from './errors.ts'
+import { Scrubber } from './protocols/scrub.ts'
 
 export type RouteProtocol = Protocol
 
@@ -16,6 +17,8 @@ export class Router {
   readonly providers: readonly ResolvedProvider[]
   /** alias -> target model, over every provider (the parser rewrites aliases). */
   readonly aliases: Readonly<Record<string, string>>
+  /** Scrubs provider text of credentials, these providers' keys among them (src/protocols/scrub.ts). */
+  readonly scrubber: Scrubber
 
   constructor (providers: readonly ProviderConfig[], simUrl: string | null, env: NodeJS.ProcessEnv) {
     this.providers = providers.map((p) => ({
@@ -26,6 +29,7 @@ export class Router {
     const aliases: Record<string, string> = {}
     for (const p of providers) Object.assign(aliases, p.aliases)
     this.aliases = aliases
+    this.scrubber = new Scrubber(this.providers.map((p) => p.apiKey))
   }
 
   /** The provider serving `model` (first match in config order), or throws model_not_found. */

@@ -1,6 +1,7 @@
 // The fastify application of one HTTP worker.
 
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
+import { maxHeaderSize } from 'node:http'
 import { SluiceError } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Config } from '../src/config/schema.ts'
@@ -21,6 +22,8 @@ import { capabilities } from '../src/capabilities.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
 import { Upstreams } from './upstream.ts'
+import { missingHost, onCheckExpectation, onClientError } from './framing.ts'
+import { MAX_SESSION_ID } from './sessions.ts'
 
 export interface AppDeps {
   config: Config
@@ -59,6 +62,36 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     // exchange has actually released (Background.close) and every event stream has ended, so
     // what is left is idle keep-alive sockets (or a stray GET) that must not hold the drain.
     forceCloseConnections: true,
+    http: {
+      // Node's empty 400 for a missing Host is replaced by the catalogue's (onRequest below).
+      requireHostHeader: false,
+      // Node refuses a headersTimeout above requestTimeout (300 s by default) at creation;
+      // requestTimeout is 0 (off) anyway, as above.
+      requestTimeout: 0,
+      headersTimeout: deps.config.limits.headersTimeoutMs,
+      // Node checks its request timers on this interval (30 s by default).
+      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.ceil(deps.config.limits.headersTimeoutMs / 4))),
+    },
+    // A path parameter is a session id (or an exchange id): as long as the header accepts
+    // (decoded length). Longer ones come to frameworkErrors and are refused as invalid_request.
+    routerOptions: { maxParamLength: MAX_SESSION_ID },
+    frameworkErrors: (err, req, reply) => {
+      const code = (err as { code?: unknown }).code
+      const se = code === 'FST_ERR_BAD_URL'
+        ? new SluiceError('invalid_request', { field: 'path', reason: 'the path is not a valid percent-encoding' }, 'the request path is not valid')
+        : code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new SluiceError('invalid_request', { field: 'path', reason: `a session id is 1 to ${MAX_SESSION_ID} printable characters` }, 'invalid session id in path')
+          : SluiceError.from(err)
+      sendError(deps.ledger, reply, se)
+    },
+    clientErrorHandler: (err, socket) => onClientError(deps.ledger, { headersTimeoutMs: deps.config.limits.headersTimeoutMs, maxHeaderBytes: maxHeaderSize }, err, socket),
+  })
+  fastify.server.on('checkExpectation', (req, res) => onCheckExpectation(deps.ledger, req, res))
+  fastify.addHook('onRequest', (req, reply, done) => {
+    const err = missingHost(req.raw)
+    if (err === null) { done(); return }
+    reply.header('connection', 'close')
+    sendError(deps.ledger, reply, err)
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
   const limits = deps.config.limits
@@ -87,7 +120,11 @@ export async function buildApp (deps: AppDeps): Promise<App> {
         ? new SluiceError('payload_too_large', { limit: deps.config.limits.maxBodyBytes })
         : e.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || e.code === 'FST_ERR_CTP_EMPTY_JSON_BODY'
           ? new SluiceError('invalid_json')
-          : SluiceError.from(err)
+          // Every route takes any well-formed media type (the body is read as JSON whatever
+          // it says); a header that is not one (`a`, empty, a list, `;`) is the caller's.
+          : e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
+            ? new SluiceError('invalid_request', { header: 'content-type', reason: 'not a media type (type/subtype)' }, 'the Content-Type header is malformed')
+            : SluiceError.from(err)
     sendError(deps.ledger, reply, se)
   })
   fastify.setNotFoundHandler((_req, reply) => {
@@ -126,5 +163,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
 export function sendError (ledger: Ledger, reply: FastifyReply, err: SluiceError): void {
   ledger.countRefusal(err.code)
   if (reply.sent || reply.raw.headersSent) return
-  reply.code(err.status).headers(err.headers()).type('application/json').send(err.toBody())
+  // A body still in the socket is not drained: the connection closes after the answer.
+  const close: Record<string, string> = reply.request.raw.complete ? {} : { connection: 'close' }
+  reply.code(err.status).headers({ ...err.headers(), ...close }).type('application/json').send(err.toBody())
 }

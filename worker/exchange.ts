@@ -445,7 +445,7 @@ async function providerFailure (ctx: { deps: ExchangeDeps; holdings: Holdings; s
   ctx.holdings.tookParse()
   let info
   try {
-    info = providerErrorFromResponse(up.statusCode, Buffer.concat(parts, n), typeof retryAfter === 'string' ? retryAfter : null)
+    info = providerErrorFromResponse(up.statusCode, Buffer.concat(parts, n), typeof retryAfter === 'string' ? retryAfter : null, ctx.deps.router.scrubber)
   } finally {
     ctx.holdings.releaseParse()
   }

@@ -158,8 +158,9 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         const now = failureOf(tracker)
         if (!wasFailed && now !== null) {
           // Keep a bad frame from the client: cut where it starts (it may have begun in
-          // held-back bytes). The provider's own error event (in-band) goes out whole.
-          if (!now.inBand) cut = Math.max(0, before + starts[i])
+          // held-back bytes). The provider's own error event (in-band) goes out whole,
+          // unless it quotes a configured provider key: then only the (scrubbed) tail does.
+          if (!now.inBand || deps.router.scrubber.carriesSecret(frames[i])) cut = Math.max(0, before + starts[i])
           else admitted++
           break
         }
@@ -225,7 +226,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     return { code: 'ok' }
   }
   const f = verdict.failure!
-  const err = failure ?? new SluiceError(f.code, {}, f.message)
+  // The message may quote the provider's error type and code: scrubbed like any provider text.
+  const err = failure ?? new SluiceError(f.code, {}, deps.router.scrubber.text(f.message) ?? '')
   deps.ledger.countRefusal(err.code)
   if (tracker.closed && f.frame !== -1 && !f.inBand) {
     // The client already has the stream's own terminal frame: a tail would not be read.

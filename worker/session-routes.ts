@@ -266,6 +266,8 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
   // Without Last-Event-ID a subscriber starts after the newest event: history is for replay.
   if (cursor < 0) cursor = ring.nextSeq - 1
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' })
+  // HEAD (fastify's automatic sibling of this GET): the same checks and headers, no stream.
+  if (req.method === 'HEAD') { res.end(); return }
   res.write(': sluice session events\n\n')
   let open = true
   let wake: (() => void) | null = null

@@ -4,7 +4,9 @@
 
 import { Pool, type Dispatcher } from 'undici'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
-import type { Config } from '../src/config/schema.ts'
+import type { Config, Protocol } from '../src/config/schema.ts'
+import { MAX_RETRY_AFTER_SECONDS, retryAfterSeconds } from '../src/protocols/provider-error.ts'
+import { presentedKey } from './auth.ts'
 import { abortCause, SluiceError } from '../src/errors.ts'
 import type { ResolvedProvider } from '../src/routing.ts'
 
@@ -13,8 +15,22 @@ const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
   'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'content-length',
 ])
-/** Client -> provider: the gateway's own credentials and controls stop here. */
+/** Client -> provider: the gateway's own credentials and controls stop here, whatever is allowed. */
 const REQUEST_DROP = new Set(['authorization', 'x-api-key', 'accept-encoding', 'cookie', 'expect', 'x-sluice-run-id'])
+/**
+ * Client -> provider: only these headers are forwarded (an allowlist: a gateway key sent in a
+ * header nobody expected, `api-key` or `x-goog-api-key`, must never reach a provider), plus
+ * `upstream.forwardHeaders`. A header whose value contains the caller's gateway key is dropped
+ * even when allowed. The gateway sets content-type, content-length, accept-encoding and the
+ * provider's own key itself. README.md "Pointing clients at sluice" lists them.
+ */
+const FORWARD_COMMON = ['accept', 'user-agent', 'traceparent', 'tracestate', 'x-request-id', 'x-client-request-id', 'idempotency-key']
+const FORWARD_OPENAI = new Set([...FORWARD_COMMON, 'openai-organization', 'openai-project', 'openai-beta'])
+export const FORWARD: Readonly<Record<Protocol, ReadonlySet<string>>> = {
+  'openai-chat': FORWARD_OPENAI,
+  'openai-responses': FORWARD_OPENAI,
+  anthropic: new Set([...FORWARD_COMMON, 'anthropic-version', 'anthropic-beta']),
+}
 /** Provider -> client. */
 const RESPONSE_DROP = new Set(['set-cookie', 'content-encoding', 'alt-svc', 'strict-transport-security'])
 
@@ -29,9 +45,11 @@ export interface UpstreamRequest {
 export class Upstreams {
   private readonly pools = new Map<string, Pool>()
   private readonly cfg: Config['upstream']
+  private readonly extra: ReadonlySet<string>
 
   constructor (cfg: Config['upstream']) {
     this.cfg = cfg
+    this.extra = new Set(cfg.forwardHeaders)
   }
 
   private pool (origin: string): Pool {
@@ -55,7 +73,7 @@ export class Upstreams {
       return await this.pool(url.origin).request({
         method: 'POST',
         path: url.pathname + url.search,
-        headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength),
+        headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra),
         body: r.body,
         signal: r.signal,
         headersTimeout: this.cfg.firstByteTimeoutMs,
@@ -71,11 +89,15 @@ export class Upstreams {
   }
 }
 
-export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedProvider, length: number): Record<string, string> {
+export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedProvider, length: number, extra: ReadonlySet<string> = new Set()): Record<string, string> {
   const out: Record<string, string> = {}
+  const allowed = FORWARD[provider.config.protocol]
+  const gatewayKey = presentedKey(client)
   for (const [k, v] of Object.entries(client)) {
-    if (v === undefined || HOP_BY_HOP.has(k) || REQUEST_DROP.has(k)) continue
-    out[k] = Array.isArray(v) ? v.join(', ') : v
+    if (v === undefined || HOP_BY_HOP.has(k) || REQUEST_DROP.has(k) || !(allowed.has(k) || extra.has(k))) continue
+    const value = Array.isArray(v) ? v.join(', ') : v
+    if (gatewayKey !== null && value.includes(gatewayKey)) continue
+    out[k] = value
   }
   out['content-type'] = 'application/json'
   out['content-length'] = String(length)
@@ -95,6 +117,12 @@ export function responseHeaders (upstream: IncomingHttpHeaders, keepLength: bool
   for (const [k, v] of Object.entries(upstream)) {
     if (v === undefined || RESPONSE_DROP.has(k)) continue
     if (HOP_BY_HOP.has(k) && !(keepLength && k === 'content-length')) continue
+    if (k === 'retry-after') {
+      // Clamped like a refusal's (MAX_RETRY_AFTER_SECONDS); an unreadable one is dropped.
+      const secs = retryAfterSeconds(Array.isArray(v) ? v[0] : String(v))
+      if (secs !== null) out[k] = String(Math.min(secs, MAX_RETRY_AFTER_SECONDS))
+      continue
+    }
     out[k] = v
   }
   return out

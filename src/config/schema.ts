@@ -40,6 +40,8 @@ export const limitsSchema = z.strictObject({
   parserYoungGenMb: int(1).default(16),
   parserThreads: int(1).max(64).default(1),
   healthGuardMs: int(1).default(1000),
+  /** A request whose header block is not complete within this is refused (408 http_headers_timeout). */
+  headersTimeoutMs: int(1).default(60_000),
   /** Runs tracked for turn pins (LRU beyond this). */
   maxTrackedRuns: int(0).max(1_000_000).default(4096),
   drainMs: int(0).default(30_000),
@@ -53,6 +55,8 @@ export const upstreamSchema = z.strictObject({
   idleTimeoutMs: int(1).default(120_000),
   keepAliveTimeoutMs: int(1).default(30_000),
   connections: int(1).default(64),
+  /** Client headers forwarded to providers besides the built-in allowlist (worker/upstream.ts). */
+  forwardHeaders: z.array(z.string().regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'a lower-case header name')).default([]),
 })
 
 const modelPattern = z.string().min(1).regex(/^[^*]*\*?$/, 'a model name, optionally ending in one *')

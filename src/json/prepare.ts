@@ -103,9 +103,17 @@ function prepareOrThrow ({ body, route, limits, aliases, envelope }: PrepareTask
   let model = requestedModel
   let out = body
   let rewritten = false
+  // A leading UTF-8 byte-order mark is not part of a JSON text (RFC 8259 8.1); the check
+  // above ignores it, as the RFC allows, so it is also dropped from what is forwarded (a
+  // provider would refuse it): the one rewrite besides the alias. A copy, so the result owns
+  // exactly its bytes (the reservation follows byteLength).
+  if (hasBom(body)) {
+    out = body.slice(BOM_BYTES)
+    rewritten = true
+  }
   const target = Object.hasOwn(aliases, requestedModel) ? aliases[requestedModel] : undefined
   if (typeof target === 'string' && target.length > 0 && target !== requestedModel) {
-    const spliced = replaceTopLevelMember(body, 'model', JSON.stringify(target))
+    const spliced = replaceTopLevelMember(out, 'model', JSON.stringify(target))
     if (spliced === null) return refusal('internal_error', { reason: 'the model member was not found for the alias' })
     model = target
     out = spliced
@@ -259,6 +267,12 @@ function bounded (value: unknown): string | undefined {
 
 function position (body: Uint8Array, offset: number): { offset: number; line: number; column: number } {
   return { offset, ...lineColumn(body, offset) }
+}
+
+const BOM_BYTES = 3
+
+function hasBom (b: Uint8Array): boolean {
+  return b.length >= BOM_BYTES && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf
 }
 
 function refusal (code: ErrorCode, details: ErrorDetails): PrepareRefusal {

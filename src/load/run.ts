@@ -253,7 +253,8 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
       listen: { port: 0, adminPort: 0 },
       workers: p.sluice.workers,
       limits: p.sluice.limits,
-      upstream: p.sluice.upstream ?? {},
+      // The sim times each request by its x-load-id: forwarded past the header allowlist.
+      upstream: { forwardHeaders: ['x-load-id'], ...p.sluice.upstream },
       keys: [{ name: 'load', sha256: createHash('sha256').update(key).digest('hex'), models: ['*'] }],
       providers: [
         { name: 'sim-chat', protocol: 'openai-chat', baseUrl: simBase, models: ['gpt-4o*'] },

@@ -25,6 +25,8 @@ export {
   streamErrorCode,
 } from './provider-error.ts'
 export type { ProviderErrorInfo } from './provider-error.ts'
+export { MAX_RETRY_AFTER_SECONDS } from './provider-error.ts'
+export { Scrubber, PROVIDER_FIELD_CAP, PROVIDER_MESSAGE_CAP, REDACTED } from './scrub.ts'
 
 export const inspectors: Readonly<Record<Protocol, ProtocolInspector>> = Object.freeze({
   'openai-chat': chat,

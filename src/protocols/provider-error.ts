@@ -7,11 +7,13 @@
 //   - an error event inside a stream (FrameFacts.error).
 // Both keep the provider's own status, type, code and message as details: the caller sees
 // who failed (side `provider`) and why, and a provider refusal is never reported as a local
-// capacity failure or the other way round.
+// capacity failure or the other way round. The provider's strings are scrubbed of credentials
+// and capped first (./scrub.ts); a provider's Retry-After is clamped to MAX_RETRY_AFTER_SECONDS.
 
 import { SluiceError, type ErrorCode } from '../errors.ts'
 import { asBuffer, isRecord, str } from './bytes.ts'
 import type { ProviderErrorFacts } from './types.ts'
+import { DEFAULT_SCRUBBER, PROVIDER_FIELD_CAP, PROVIDER_MESSAGE_CAP, type Scrubber } from './scrub.ts'
 
 export interface ProviderErrorInfo {
   code: ErrorCode
@@ -24,7 +26,8 @@ export interface ProviderErrorInfo {
   retryAfterSeconds: number | null
 }
 
-const MESSAGE_CAP = 300
+/** The longest Retry-After relayed from a provider (an hour): a hint past that is no hint. */
+export const MAX_RETRY_AFTER_SECONDS = 3600
 
 /** Parses an error body (take the parse permit); undefined when it is not JSON. */
 export function parseErrorBody (body: Uint8Array | null): unknown {
@@ -36,14 +39,19 @@ export function parseErrorBody (body: Uint8Array | null): unknown {
   }
 }
 
-/** Retry-After as seconds (delta-seconds or an HTTP date), null when absent or unreadable. */
+/**
+ * Retry-After as seconds (delta-seconds or an HTTP date), clamped to 0..MAX_RETRY_AFTER_SECONDS;
+ * null when absent or unreadable.
+ */
 export function retryAfterSeconds (value: string | null | undefined, now = Date.now()): number | null {
   if (value === null || value === undefined) return null
   const v = value.trim()
-  if (/^\d{1,9}$/.test(v)) return Number(v)
+  if (/^\d+$/.test(v)) return Math.min(MAX_RETRY_AFTER_SECONDS, Number(v))
+  // Only an HTTP date (IMF-fixdate and the obsolete forms all name a weekday or a month).
+  if (!/[A-Za-z]{3}/.test(v)) return null
   const at = Date.parse(v)
   if (Number.isNaN(at)) return null
-  return Math.max(0, Math.ceil((at - now) / 1000))
+  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(0, Math.ceil((at - now) / 1000)))
 }
 
 function has (s: string | null, ...needles: string[]): boolean {
@@ -61,8 +69,8 @@ export function providerErrorCode (status: number, type: string | null, code: st
   return 'provider_error'
 }
 
-/** Maps a provider's HTTP error (its body already parsed with parseErrorBody). */
-export function mapProviderError (status: number, body: unknown, retryAfter?: string | null): ProviderErrorInfo {
+/** Maps a provider's HTTP error (its body already parsed with parseErrorBody); its strings scrubbed and capped. */
+export function mapProviderError (status: number, body: unknown, retryAfter?: string | null, scrub: Scrubber = DEFAULT_SCRUBBER): ProviderErrorInfo {
   let type: string | null = null
   let code: string | null = null
   let message: string | null = null
@@ -75,20 +83,20 @@ export function mapProviderError (status: number, body: unknown, retryAfter?: st
     } else if (typeof err === 'string') message = err
     else message = str(body.message) ?? null
   }
-  if (message !== null && message.length > MESSAGE_CAP) message = message.slice(0, MESSAGE_CAP) + '…'
+  const mapped = providerErrorCode(status, type, code)
   return {
-    code: providerErrorCode(status, type, code),
+    code: mapped,
     providerStatus: status,
-    providerType: type,
-    providerCode: code,
-    providerMessage: message,
+    providerType: scrub.text(type, PROVIDER_FIELD_CAP),
+    providerCode: scrub.text(code, PROVIDER_FIELD_CAP),
+    providerMessage: scrub.text(message, PROVIDER_MESSAGE_CAP),
     retryAfterSeconds: retryAfterSeconds(retryAfter),
   }
 }
 
 /** parseErrorBody + mapProviderError. Parses: take the parse permit. */
-export function providerErrorFromResponse (status: number, body: Uint8Array | null, retryAfter?: string | null): ProviderErrorInfo {
-  return mapProviderError(status, parseErrorBody(body), retryAfter)
+export function providerErrorFromResponse (status: number, body: Uint8Array | null, retryAfter?: string | null, scrub: Scrubber = DEFAULT_SCRUBBER): ProviderErrorInfo {
+  return mapProviderError(status, parseErrorBody(body), retryAfter, scrub)
 }
 
 /** The catalogue code for an error event inside a stream. */

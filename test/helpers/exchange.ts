@@ -36,7 +36,8 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
   const gw = await startGateway({
     workers: opts.workers ?? 1,
     limits: opts.limits ?? {},
-    upstream: opts.upstream ?? {},
+    // Tests tag requests to follow them to the sim; providers get only allowlisted headers.
+    upstream: { forwardHeaders: ['x-test-tag', 'x-test-seq'], ...opts.upstream },
     keys: opts.keys ?? [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],
     providers,
   }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY, ...opts.env } })

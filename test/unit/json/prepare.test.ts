@@ -142,3 +142,19 @@ t.test('never throws: an unexpected failure is internal_error as data', async (t
   const r = prepare({ body: null as unknown as Uint8Array, route: 'chat', limits: LIMITS, aliases: {} })
   refused(t, r, 'internal_error', { reason: 'request preparation failed' })
 })
+
+t.test('a leading UTF-8 byte-order mark is accepted and dropped from the forwarded bytes', async (t) => {
+  const json = '{"model":"m","messages":[]}'
+  const bom = new Uint8Array([0xef, 0xbb, 0xbf, ...enc.encode(json)])
+  const r = prepare(task(bom))
+  t.equal(r.ok, true)
+  if (!r.ok) return
+  t.same(r.body, enc.encode(json), 'the JSON text without the mark')
+  t.equal(r.body.buffer.byteLength, enc.encode(json).byteLength, 'a buffer of its own size (reservations follow byteLength)')
+  t.equal(r.rewritten, true)
+  const aliased = prepare(task(bom, { aliases: { m: 'gpt-4o-mini' } }))
+  t.equal(aliased.ok, true)
+  if (aliased.ok) t.same(aliased.body, enc.encode('{"model":"gpt-4o-mini","messages":[]}'), 'with an alias: no mark either')
+  // A mark anywhere else is not whitespace: still invalid_json.
+  refused(t, prepare(task(new Uint8Array([...enc.encode(' '), 0xef, 0xbb, 0xbf, ...enc.encode(json)]))), 'invalid_json')
+})
