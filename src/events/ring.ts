@@ -7,6 +7,7 @@
 //
 //   Int32 header: RG_MAGIC RG_LOCK RG_CAPACITY RG_HEAD RG_TAIL RG_RECORDS
 //                 RG_NEXT_SEQ (lo, hi)  RG_OLDEST_SEQ (lo, hi)  RG_NOTIFY  totals (lo, hi)...
+//                 RG_WOKEN (lo, hi: readers woken)  RG_SCANNED (lo, hi: records read)
 //   data region:  RG_CAPACITY bytes of records, 4-byte aligned:
 //                 { u32 size (whole record, padded), u32 payload bytes, i32 seq lo, i32 seq hi,
 //                   i32 session A, i32 session B, payload... }
@@ -55,7 +56,9 @@ const RG_APPENDED = 11      // (lo, hi) totals
 const RG_EVICTED = 13
 const RG_REFUSED = 15
 const RG_PEAK_RECORDS = 17
-const HEADER_FIELDS = 18
+const RG_WOKEN = 18         // (lo, hi) readers woken by appends (Atomics.notify's counts)
+const RG_SCANNED = 20       // (lo, hi) records examined by reads
+const HEADER_FIELDS = 22
 const HEADER_BYTES = HEADER_FIELDS * 4
 
 const MAGIC = 0x51c1e7e1
@@ -77,7 +80,13 @@ export interface RingRead {
   more: boolean
 }
 
-export interface RingSnapshot { capacity: number; records: number; bytes: number; nextSeq: number; oldestSeq: number; appended: number; evicted: number; refused: number }
+export interface RingSnapshot {
+  capacity: number; records: number; bytes: number; nextSeq: number; oldestSeq: number; appended: number; evicted: number; refused: number
+  /** Waiting readers woken by appends, in total. */
+  woken: number
+  /** Records examined by reads, in total (the work of reading). */
+  scanned: number
+}
 
 export function createRingBuffer (capacity: number): SharedArrayBuffer {
   if (!Number.isInteger(capacity) || capacity < 4096 || capacity % 4 !== 0) throw new RangeError('ring capacity must be a multiple of 4, at least 4096 bytes')
@@ -164,9 +173,10 @@ export class EventRing {
     if (h[RG_RECORDS] > h[RG_PEAK_RECORDS]) h[RG_PEAK_RECORDS] = h[RG_RECORDS]
     writePair(h, RG_NEXT_SEQ, seq + 1)
     bump(h, RG_APPENDED)
-    this.unlock()
+    // Notified inside the lock so that the count of woken readers is exact.
     Atomics.add(h, RG_NOTIFY, 1)
-    Atomics.notify(h, RG_NOTIFY)
+    bump(h, RG_WOKEN, Atomics.notify(h, RG_NOTIFY))
+    this.unlock()
     return seq
   }
 
@@ -192,8 +202,10 @@ export class EventRing {
     let bytes = 0
     let more = false
     let expect = oldest
+    let scanned = 0
     while (left > 0) {
       if (at + 4 > this.capacity || d32[at >> 2] === WRAP) { at = 0; continue }
+      scanned++
       const w = at >> 2
       const size = d32[w]
       const seq = (d32[w + 2] >>> 0) + d32[w + 3] * 0x100000000
@@ -211,6 +223,7 @@ export class EventRing {
       at += size
       left--
     }
+    bump(h, RG_SCANNED, scanned)
     this.unlock()
     return { events, cursor, gap, oldest, more }
   }
@@ -254,6 +267,8 @@ export class EventRing {
       appended: readTotal(h, RG_APPENDED),
       evicted: readTotal(h, RG_EVICTED),
       refused: readTotal(h, RG_REFUSED),
+      woken: readTotal(h, RG_WOKEN),
+      scanned: readTotal(h, RG_SCANNED),
     }
   }
 
