@@ -61,6 +61,15 @@ const RG_SCANNED = 20       // (lo, hi) records examined by reads
 const HEADER_FIELDS = 22
 const HEADER_BYTES = HEADER_FIELDS * 4
 
+/** Per-session change counters (a power of two): an append wakes the readers of its slot only. */
+export const SESSION_SLOTS = 4096
+const SLOT_SHIFT = 32 - Math.log2(SESSION_SLOTS)
+
+/** The change-counter slot of a session key (its two hash words mixed, the top bits). */
+export function sessionSlot (session: readonly [number, number]): number {
+  return Math.imul(session[0] ^ Math.imul(session[1], 0x85ebca6b), 0xc2b2ae35) >>> SLOT_SHIFT
+}
+
 const MAGIC = 0x51c1e7e1
 const WRAP = -1             // size word of a wrap marker (0xffffffff)
 const REC_HEADER = 24
