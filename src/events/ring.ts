@@ -49,8 +49,10 @@
 //
 // Every operation is one short critical section under RG_LOCK (CAS, token = row + 1, spin
 // then Atomics.wait slices; workers only — the primary never locks it). Readers copy out at
-// most `maxBytes` per call, so the lock is never held for long. RG_NOTIFY is bumped (and
-// notified) after every append: readers sleep on it with Atomics.waitAsync.
+// most `maxBytes` per call, so the lock is never held for long. Every append bumps and
+// notifies, before it unlocks, its session's slot of RG_SESSION_NOTIFY (what event streams
+// sleep on, with Atomics.waitAsync) and RG_NOTIFY (any append: `changed()`); the notify
+// counts add up in RG_WOKEN, the records reads examine in RG_SCANNED (both on /metrics).
 //
 // ## Death
 //
