@@ -105,6 +105,8 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_session_events_total', 'counter', 'Session events by outcome.', [
       [{ outcome: 'appended' }, ring.appended], [{ outcome: 'evicted' }, ring.evicted], [{ outcome: 'refused' }, ring.refused],
     ])
+    w.metric('sluice_session_event_reader_wakeups_total', 'counter', 'Waiting event readers woken by appends.', ring.woken)
+    w.metric('sluice_session_event_records_scanned_total', 'counter', 'Ring records examined by event reads (the work of reading).', ring.scanned)
   }
   const g = counters.gauges?.()
   if (g) {

@@ -12,6 +12,24 @@
 //
 // Neither looks inside string values: a credential must never be put into a message or into a
 // field of another name. No code path logs a raw request, a raw header object or the config.
+//
+// ## One whole line per write
+//
+// The primary and every HTTP worker write to the same fd 1, each with its own sonic-boom (no
+// thread relays another's lines). Lines stay whole because each write(2) is atomic:
+//
+// - every string field longer than FIELD_MAX_CHARS is cut to its first FIELD_MAX_CHARS
+//   characters and `…[truncated N chars]` (N = the characters cut), at any depth, in the same
+//   copy-on-write walk as the secrets (a 1.86 MB model name is logged as 1 KiB of it);
+// - every line, newline included, is at most LINE_MAX_BYTES = PIPE_BUF (4096) bytes: one whose
+//   fields are all short but that is still longer is re-cut with tighter caps, and marked
+//   `lineTruncated: <bytes it had>` (`capLine`);
+// - sonic-boom's `maxWrite` is LINE_MAX_BYTES: it joins whole lines into one write only up to
+//   that many bytes (its default, 16 KiB, let two threads' writes interleave on a pipe, and an
+//   unbounded line was split over several partial writes).
+//
+// A write to a pipe of at most PIPE_BUF bytes is written whole or not at all (EAGAIN, which
+// sonic-boom retries whole); to a file or a terminal a write is not interleaved with another.
 
 import pino, { type Logger } from 'pino'
 
@@ -68,6 +86,12 @@ export const REDACT_PATHS = [
   'config.keys[*].sha256',
 ]
 
+/** A logged string longer than this many characters keeps this many and a truncation marker. */
+export const FIELD_MAX_CHARS = 1024
+
+/** No line (newline included) is longer: PIPE_BUF, so one write of it to a pipe is atomic. */
+export const LINE_MAX_BYTES = 4096
+
 /** Beyond this depth a logged value is cut (it could not be checked). */
 const MAX_DEPTH = 8
 
@@ -77,17 +101,32 @@ const MAX_DEPTH = 8
  * `toJSON` are left alone (they serialise without their own enumerable properties).
  */
 export function scrubSecrets<T> (value: T): T {
-  return scrub(value, 0) as T
+  return scrub(value, 0, Infinity) as T
 }
 
-function scrub (value: unknown, depth: number): unknown {
+/** scrubSecrets, and every string longer than FIELD_MAX_CHARS cut with its marker: what is logged. */
+export function forLog<T> (value: T): T {
+  return scrub(value, 0, FIELD_MAX_CHARS) as T
+}
+
+/** `s` cut to `max` characters (never inside a surrogate pair) and the truncation marker. */
+export function truncate (s: string, max: number): string {
+  if (s.length <= max) return s
+  let n = max
+  const c = s.charCodeAt(n - 1)
+  if (c >= 0xd800 && c <= 0xdbff) n--
+  return `${s.slice(0, n)}…[truncated ${s.length - n} chars]`
+}
+
+function scrub (value: unknown, depth: number, chars: number): unknown {
+  if (typeof value === 'string') return value.length > chars ? truncate(value, chars) : value
   if (value === null || typeof value !== 'object') return value
   if (ArrayBuffer.isView(value) || value instanceof Map || value instanceof Set || typeof (value as { toJSON?: unknown }).toJSON === 'function') return value
   if (depth >= MAX_DEPTH) return '[too deep]'
   if (Array.isArray(value)) {
     let out: unknown[] | null = null
     for (let i = 0; i < value.length; i++) {
-      const v = scrub(value[i], depth + 1)
+      const v = scrub(value[i], depth + 1, chars)
       if (v !== value[i]) (out ??= value.slice())[i] = v
     }
     return out ?? value
@@ -97,7 +136,7 @@ function scrub (value: unknown, depth: number): unknown {
   for (const k in obj) {
     if (!Object.hasOwn(obj, k)) continue
     const v = obj[k]
-    const next = isSecretKey(k) ? CENSOR : scrub(v, depth + 1)
+    const next = isSecretKey(k) ? CENSOR : scrub(v, depth + 1, chars)
     if (next !== v) out ??= copyOf(obj)
     if (out) out[k] = next
   }
@@ -122,12 +161,51 @@ function copyOf (obj: Record<string, unknown>): Record<string, unknown> {
   return { ...obj }
 }
 
-/** The merging object of a log call: scrubbed, except `err`, which its serializer scrubs. */
+/** The merging object of a log call: scrubbed and cut, except `err`, which its serializer scrubs. */
 function scrubLogObject (obj: Record<string, unknown>): Record<string, unknown> {
-  if (!('err' in obj)) return scrubSecrets(obj)
+  if (!('err' in obj)) return forLog(obj)
   const { err, ...rest } = obj
-  const scrubbed = scrubSecrets(rest)
+  const scrubbed = forLog(rest)
   return scrubbed === rest ? obj : { ...scrubbed, err }
+}
+
+/** Tighter string caps tried, in turn, on a line still over LINE_MAX_BYTES. */
+const LINE_RECUTS = [256, 64, 16]
+
+/**
+ * A serialised line (newline included) of at most LINE_MAX_BYTES: the line itself when it
+ * fits (nearly always: field caps come first), else the same fields with tighter string caps
+ * and `lineTruncated` (its original bytes), else as many of its fields, in order, as fit.
+ */
+export function capLine (line: string): string {
+  // A UTF-16 unit is at most 3 UTF-8 bytes: most lines need no byte count at all.
+  if (line.length * 3 <= LINE_MAX_BYTES) return line
+  const bytes = Buffer.byteLength(line)
+  if (bytes <= LINE_MAX_BYTES) return line
+  let obj: Record<string, unknown>
+  try { obj = JSON.parse(line) as Record<string, unknown> } catch { obj = { msg: 'unserialisable log line' } }
+  for (const chars of LINE_RECUTS) {
+    const out = `${JSON.stringify({ ...(scrub(obj, 0, chars) as Record<string, unknown>), lineTruncated: bytes })}\n`
+    if (Buffer.byteLength(out) <= LINE_MAX_BYTES) return out
+  }
+  // Too many fields for any cap: the first ones (pino writes level, time, pid, msg... first).
+  const small = scrub(obj, 0, LINE_RECUTS[LINE_RECUTS.length - 1]) as Record<string, unknown>
+  const tail = `"lineTruncated":${bytes}}\n`
+  let out = '{'
+  let used = Buffer.byteLength(tail) + 1
+  for (const k of Object.keys(small)) {
+    const field = `${JSON.stringify(k)}:${JSON.stringify(small[k]) ?? 'null'},`
+    const n = Buffer.byteLength(field)
+    if (used + n > LINE_MAX_BYTES) continue
+    out += field
+    used += n
+  }
+  return out + tail
+}
+
+/** fd 1 through sonic-boom, whole lines of at most LINE_MAX_BYTES per write (see the top). */
+function stdoutDestination (): pino.DestinationStream {
+  return pino.destination({ dest: 1, sync: false, maxWrite: LINE_MAX_BYTES })
 }
 
 /**
@@ -137,7 +215,7 @@ function scrubLogObject (obj: Record<string, unknown>): Record<string, unknown> 
  * stall the relay on a slow stdout.
  */
 export function createThreadLogger (level: string): Logger {
-  return createLogger(level, pino.destination({ dest: 1, sync: false }))
+  return createLogger(level, stdoutDestination())
 }
 
 export function createLogger (level: string, destination?: pino.DestinationStream): Logger {
@@ -147,19 +225,21 @@ export function createLogger (level: string, destination?: pino.DestinationStrea
     redact: { paths: REDACT_PATHS, censor: CENSOR },
     formatters: {
       log: scrubLogObject,
-      bindings: (bindings) => scrubSecrets(bindings), // the root's `base`
+      bindings: (bindings) => forLog(bindings), // the root's `base`
     },
     // After pino's error serializer (type, message, stack, causes, own properties), not before:
     // a scrubbed copy of an error would no longer be one.
-    serializers: { err: (err: unknown) => scrubSecrets(pino.stdSerializers.err(err as Error)) },
+    serializers: { err: (err: unknown) => forLog(pino.stdSerializers.err(err as Error)) },
+    // The message string and anything else a formatter did not see: the whole line is capped.
+    hooks: { streamWrite: capLine },
     timestamp: pino.stdTimeFunctions.isoTime,
   }
-  const logger = destination ? pino(opts, destination) : pino(opts)
+  const logger = pino(opts, destination ?? stdoutDestination())
   // pino applies formatters.bindings to the root's own bindings only: a child's bindings are
   // scrubbed here (children inherit this method through their prototype).
   type Child = (this: unknown, bindings: pino.Bindings, options?: unknown) => unknown
   const child = logger.child as unknown as Child
-  const scrubbingChild: Child = function (bindings, options) { return child.call(this, scrubSecrets(bindings), options) }
+  const scrubbingChild: Child = function (bindings, options) { return child.call(this, forLog(bindings), options) }
   logger.child = scrubbingChild as unknown as Logger['child']
   return logger
 }

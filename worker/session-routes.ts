@@ -265,6 +265,8 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
   const ring = deps.ring
   // Without Last-Event-ID a subscriber starts after the newest event: history is for replay.
   if (cursor < 0) cursor = ring.nextSeq - 1
+  // Where the event after `cursor` is in the ring (RingRead.at): a read resumes there.
+  let at = -1
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', 'x-accel-buffering': 'no' })
   // HEAD (fastify's automatic sibling of this GET): the same checks and headers, no stream.
   if (req.method === 'HEAD') { res.end(); return }
@@ -281,8 +283,8 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
     // background exchange has settled, and its final event must still go out.
     for (let last = false; !last;) {
       last = !open || res.destroyed
-      const token = ring.changeToken
-      const r = ring.read(session, cursor)
+      const token = ring.sessionToken(session)
+      const r = ring.read(session, cursor, undefined, at)
       if (r.gap) res.write(Buffer.concat([eventText('replay_gap', JSON.stringify({ after: cursor, oldest: r.oldest })), NEWLINE]))
       let bytes = 0
       for (const e of r.events) bytes += e.payload.length
@@ -294,14 +296,15 @@ async function streamEvents (deps: SessionDeps, rawId: string, queryLast: string
       let ok = true
       for (const e of r.events) ok = res.write(Buffer.concat([Buffer.from(`id: ${e.seq}\n`), e.payload, NEWLINE])) && ok
       cursor = r.cursor
+      at = r.at
       if (!ok && open) await new Promise<void>((resolve) => { wake = resolve; res.once('drain', resolve) })
       if (bytes > 0) deps.ledger.storage.release(bytes)
       if (r.more) { last = false; continue }
       if (last || !open) continue
-      // Sleep until an append (any session's: cheap to re-check), the heartbeat, or the end.
-      await ring.changed(token, HEARTBEAT_MS, ended.signal)
+      // Sleep until an append to this session, the heartbeat, or the end.
+      await ring.sessionChanged(session, token, HEARTBEAT_MS, ended.signal)
       wake = null
-      if (open && ring.changeToken === token) res.write(': ping\n\n')
+      if (open && ring.sessionToken(session) === token) res.write(': ping\n\n')
     }
   } finally {
     deps.ledger.gauge(RG_EVENT_STREAMS, -1)

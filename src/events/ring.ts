@@ -7,6 +7,8 @@
 //
 //   Int32 header: RG_MAGIC RG_LOCK RG_CAPACITY RG_HEAD RG_TAIL RG_RECORDS
 //                 RG_NEXT_SEQ (lo, hi)  RG_OLDEST_SEQ (lo, hi)  RG_NOTIFY  totals (lo, hi)...
+//                 RG_WOKEN (lo, hi: readers woken)  RG_SCANNED (lo, hi: records read)
+//                 RG_SESSION_NOTIFY: SESSION_SLOTS change counters, one per session-hash slot
 //   data region:  RG_CAPACITY bytes of records, 4-byte aligned:
 //                 { u32 size (whole record, padded), u32 payload bytes, i32 seq lo, i32 seq hi,
 //                   i32 session A, i32 session B, payload... }
@@ -17,6 +19,24 @@
 // carries the 64-bit session key (lanes.ts Lanes.key) of the session it belongs to, so one
 // ring serves every session and a reader filters its own. Readers see only their own
 // gateway key's sessions (the key name is in the hash).
+//
+// ## Readers: what an idle reader and a resuming reader cost
+//
+// - Waking: an append bumps and notifies its session's slot of RG_SESSION_NOTIFY (slot =
+//   `sessionSlot(key)`, the top bits of the mixed key) besides RG_NOTIFY (any append). A
+//   reader sleeps on its own slot (`sessionToken` / `sessionChanged`): an append to session A
+//   wakes A's readers and those of the sessions that share A's slot (1,000 readers on other
+//   sessions: about 1000 / 4096 of one reader per append), never the others.
+// - Resuming: a read returns, with its cursor (a seq), `at`: the offset where the record after
+//   the cursor starts or will be written. Passed back, it lets the next read start there
+//   instead of walking from the head, so a read examines only records newer than its cursor.
+//   `at` is a hint, validated by seq under the lock (`locateLocked`): the record after the
+//   cursor was written where the tail was (`at`) or, after a wrap or into an emptied ring, at
+//   offset 0. Offset 0 is checked first: inside the retained bytes it is always a record's
+//   start (records never wrap), whereas `at` may by then lie inside a newer record. When
+//   neither holds the expected seq (a gap, a reader that never read, a torn state), the read
+//   walks from the head as before. A reader with `at` = -1 (the first read after
+//   Last-Event-ID) walks once.
 //
 // ## Bounds and eviction
 //
@@ -29,8 +49,10 @@
 //
 // Every operation is one short critical section under RG_LOCK (CAS, token = row + 1, spin
 // then Atomics.wait slices; workers only — the primary never locks it). Readers copy out at
-// most `maxBytes` per call, so the lock is never held for long. RG_NOTIFY is bumped (and
-// notified) after every append: readers sleep on it with Atomics.waitAsync.
+// most `maxBytes` per call, so the lock is never held for long. Every append bumps and
+// notifies, before it unlocks, its session's slot of RG_SESSION_NOTIFY (what event streams
+// sleep on, with Atomics.waitAsync) and RG_NOTIFY (any append: `changed()`); the notify
+// counts add up in RG_WOKEN, the records reads examine in RG_SCANNED (both on /metrics).
 //
 // ## Death
 //
@@ -55,8 +77,20 @@ const RG_APPENDED = 11      // (lo, hi) totals
 const RG_EVICTED = 13
 const RG_REFUSED = 15
 const RG_PEAK_RECORDS = 17
-const HEADER_FIELDS = 18
+const RG_WOKEN = 18         // (lo, hi) readers woken by appends (Atomics.notify's counts)
+const RG_SCANNED = 20       // (lo, hi) records examined by reads
+const RG_SESSION_NOTIFY = 22
+/** Per-session change counters (a power of two): an append wakes the readers of its slot only. */
+export const SESSION_SLOTS = 4096
+const HEADER_FIELDS = RG_SESSION_NOTIFY + SESSION_SLOTS
 const HEADER_BYTES = HEADER_FIELDS * 4
+
+const SLOT_SHIFT = 32 - Math.log2(SESSION_SLOTS)
+
+/** The change-counter slot of a session key (its two hash words mixed, the top bits). */
+export function sessionSlot (session: readonly [number, number]): number {
+  return Math.imul(session[0] ^ Math.imul(session[1], 0x85ebca6b), 0xc2b2ae35) >>> SLOT_SHIFT
+}
 
 const MAGIC = 0x51c1e7e1
 const WRAP = -1             // size word of a wrap marker (0xffffffff)
@@ -75,9 +109,17 @@ export interface RingRead {
   oldest: number
   /** True when the read stopped at maxBytes with more records to examine. */
   more: boolean
+  /** Offset of the record after `cursor` (written or to be): pass it back with the cursor; -1 unknown. */
+  at: number
 }
 
-export interface RingSnapshot { capacity: number; records: number; bytes: number; nextSeq: number; oldestSeq: number; appended: number; evicted: number; refused: number }
+export interface RingSnapshot {
+  capacity: number; records: number; bytes: number; nextSeq: number; oldestSeq: number; appended: number; evicted: number; refused: number
+  /** Waiting readers woken by appends, in total. */
+  woken: number
+  /** Records examined by reads, in total (the work of reading). */
+  scanned: number
+}
 
 export function createRingBuffer (capacity: number): SharedArrayBuffer {
   if (!Number.isInteger(capacity) || capacity < 4096 || capacity % 4 !== 0) throw new RangeError('ring capacity must be a multiple of 4, at least 4096 bytes')
@@ -164,17 +206,22 @@ export class EventRing {
     if (h[RG_RECORDS] > h[RG_PEAK_RECORDS]) h[RG_PEAK_RECORDS] = h[RG_RECORDS]
     writePair(h, RG_NEXT_SEQ, seq + 1)
     bump(h, RG_APPENDED)
-    this.unlock()
+    // Notified inside the lock so that the count of woken readers is exact. The session's own
+    // slot wakes its readers; RG_NOTIFY wakes whoever waits for any append.
+    const slot = RG_SESSION_NOTIFY + sessionSlot(session)
+    Atomics.add(h, slot, 1)
     Atomics.add(h, RG_NOTIFY, 1)
-    Atomics.notify(h, RG_NOTIFY)
+    bump(h, RG_WOKEN, Atomics.notify(h, slot) + Atomics.notify(h, RG_NOTIFY))
+    this.unlock()
     return seq
   }
 
   /**
    * Events of `session` with seq > `after`, copied out, at most about `maxBytes` of payload.
-   * `after` = 0 reads from the oldest retained record.
+   * `after` = 0 reads from the oldest retained record. `at`: the previous read's `at` for this
+   * `after` (its cursor), so that only records after it are examined; -1 walks from the head.
    */
-  read (session: readonly [number, number], after: number, maxBytes = 256 * 1024): RingRead {
+  read (session: readonly [number, number], after: number, maxBytes = 256 * 1024, at = -1): RingRead {
     const { h, d32 } = this
     this.lock()
     const oldest = readPair(h, RG_OLDEST_SEQ)
@@ -183,21 +230,34 @@ export class EventRing {
     let gap = after + 1 < oldest
     let cursor = Math.max(after, oldest - 1)
     if (cursor >= next - 1 || h[RG_RECORDS] === 0) {
+      // Nothing to examine: the next record goes at the tail (at 0 into an empty ring).
+      const tail = h[RG_RECORDS] === 0 ? 0 : h[RG_TAIL]
       this.unlock()
-      return { events, cursor: Math.min(Math.max(after, cursor), next - 1), gap, oldest, more: false }
+      return { events, cursor: Math.min(Math.max(after, cursor), next - 1), gap, oldest, more: false, at: tail }
     }
-    // Walk from the head to the first record after the cursor, then collect.
-    let at = h[RG_HEAD]
-    let left = h[RG_RECORDS]
+    // Start at the record after the cursor when `at` is validated, else walk from the head.
+    let left: number
+    let expect: number
+    const found = gap ? -1 : this.locateLocked(cursor + 1, at)
+    if (found >= 0) {
+      at = found
+      expect = cursor + 1
+      left = next - expect
+    } else {
+      at = h[RG_HEAD]
+      expect = oldest
+      left = h[RG_RECORDS]
+    }
     let bytes = 0
     let more = false
-    let expect = oldest
+    let scanned = 0
     while (left > 0) {
       if (at + 4 > this.capacity || d32[at >> 2] === WRAP) { at = 0; continue }
+      scanned++
       const w = at >> 2
       const size = d32[w]
       const seq = (d32[w + 2] >>> 0) + d32[w + 3] * 0x100000000
-      if (seq !== expect) { gap = true; break } // a torn eviction: resynchronise from what is readable
+      if (seq !== expect) { gap = true; at = -1; break } // a torn eviction: resynchronise from what is readable
       expect++
       if (seq > cursor) {
         if (bytes >= maxBytes) { more = true; break }
@@ -211,8 +271,24 @@ export class EventRing {
       at += size
       left--
     }
+    bump(h, RG_SCANNED, scanned)
     this.unlock()
-    return { events, cursor, gap, oldest, more }
+    // `at` is now where the record after `cursor` starts (more) or will be written (the tail).
+    return { events, cursor, gap, oldest, more, at }
+  }
+
+  /** The change counter of `session`'s slot (lock-free): pass it to sessionChanged. */
+  sessionToken (session: readonly [number, number]): number {
+    return Atomics.load(this.h, RG_SESSION_NOTIFY + sessionSlot(session))
+  }
+
+  /**
+   * Resolves when an append to `session` (or to a session sharing its slot) happened since
+   * `token` (from `sessionToken`), after `ms`, or when `signal` aborts. Appends to other
+   * sessions do not wake it.
+   */
+  sessionChanged (session: readonly [number, number], token: number, ms: number, signal?: AbortSignal): Promise<void> {
+    return this.waitOn(RG_SESSION_NOTIFY + sessionSlot(session), token, ms, signal)
   }
 
   /** The next sequence number to be written (lock-free read). */
@@ -222,9 +298,13 @@ export class EventRing {
    * Resolves when an append happened since `token` (from `changeToken`), after `ms`, or when
    * `signal` aborts.
    */
-  async changed (token: number, ms: number, signal?: AbortSignal): Promise<void> {
+  changed (token: number, ms: number, signal?: AbortSignal): Promise<void> {
+    return this.waitOn(RG_NOTIFY, token, ms, signal)
+  }
+
+  private async waitOn (index: number, token: number, ms: number, signal?: AbortSignal): Promise<void> {
     if (signal?.aborted) return
-    const r = Atomics.waitAsync(this.h, RG_NOTIFY, token, ms)
+    const r = Atomics.waitAsync(this.h, index, token, ms)
     if (!r.async) return
     // A pending waitAsync does not keep a thread's event loop alive; this timer does.
     let timer: ReturnType<typeof setTimeout> | undefined
@@ -254,10 +334,37 @@ export class EventRing {
       appended: readTotal(h, RG_APPENDED),
       evicted: readTotal(h, RG_EVICTED),
       refused: readTotal(h, RG_REFUSED),
+      woken: readTotal(h, RG_WOKEN),
+      scanned: readTotal(h, RG_SCANNED),
     }
   }
 
   // ---- internals (inside the lock) ----
+
+  /**
+   * Offset of record `seq` (retained: oldest <= seq < next) from `hint`, the tail when `seq - 1`
+   * was appended; -1 when the hint does not hold (see "Readers" at the top).
+   */
+  private locateLocked (seq: number, hint: number): number {
+    if (hint < 0 || (hint & 3) !== 0) return -1
+    if (this.retainedLocked(0) && this.seqAtLocked(0) === seq) return 0
+    if (hint + REC_HEADER <= this.capacity && this.retainedLocked(hint) && this.d32[hint >> 2] !== WRAP && this.seqAtLocked(hint) === seq) return hint
+    return -1
+  }
+
+  /** Whether `p` lies in the retained bytes: [head, tail), or [head, end) and [0, tail) when wrapped. */
+  private retainedLocked (p: number): boolean {
+    const h = this.h
+    if (h[RG_RECORDS] === 0) return false
+    const head = h[RG_HEAD]
+    const tail = h[RG_TAIL]
+    return tail > head ? p >= head && p < tail : p >= head || p < tail
+  }
+
+  private seqAtLocked (p: number): number {
+    const w = p >> 2
+    return (this.d32[w + 2] >>> 0) + this.d32[w + 3] * 0x100000000
+  }
 
   /** Where a record of `size` bytes fits without evicting, or -1. */
   private placeLocked (size: number): number {

@@ -3,7 +3,7 @@
 
 import t from 'tap'
 import type pino from 'pino'
-import { CENSOR, createLogger, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets } from '../../src/log.ts'
+import { CENSOR, FIELD_MAX_CHARS, LINE_MAX_BYTES, capLine, createLogger, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets, truncate } from '../../src/log.ts'
 
 const SECRET = 'sk-live-0123456789-do-not-log'
 
@@ -154,4 +154,51 @@ t.test('the exchange line is logged whole', async (t) => {
 
 t.test('SECRET_KEYS are lower case (they are compared lower-cased)', async (t) => {
   for (const k of SECRET_KEYS) t.equal(k, k.toLowerCase(), k)
+})
+
+t.test('a string field over FIELD_MAX_CHARS keeps its first characters and a truncation marker', async (t) => {
+  const c = capture()
+  const model = 'm'.repeat(1_860_000)
+  // One long field a line (several would be re-cut to fit the line cap: the next test).
+  c.log.info({ model, route: 'chat' }, 'exchange')
+  c.log.child({ sessionId: 's'.repeat(FIELD_MAX_CHARS + 1) }).info('child')
+  c.log.info({ nested: { list: ['x'.repeat(FIELD_MAX_CHARS + 10), 'short'] } }, 'nested')
+  c.log.info({ ok: 'y'.repeat(FIELD_MAX_CHARS) }, 'at the cap')
+  c.log.error({ err: new Error('e'.repeat(5000)) }, 'failed')
+  const [line, child, nested, whole, err] = c.lines()
+  t.equal(line.model, 'm'.repeat(FIELD_MAX_CHARS) + `…[truncated ${1_860_000 - FIELD_MAX_CHARS} chars]`)
+  t.equal(line.route, 'chat')
+  t.equal(line.lineTruncated, undefined, 'the field cap alone was enough')
+  t.equal(child.sessionId, 's'.repeat(FIELD_MAX_CHARS) + '…[truncated 1 chars]', 'child bindings too')
+  t.same((nested.nested as { list: string[] }).list, ['x'.repeat(FIELD_MAX_CHARS) + '…[truncated 10 chars]', 'short'], 'at any depth')
+  t.equal(whole.ok, 'y'.repeat(FIELD_MAX_CHARS), 'a string of exactly the cap is whole')
+  const e = err.err as Record<string, string>
+  t.equal(e.type, 'Error')
+  t.match(e.message, /^e+…\[truncated \d+ chars\]$/, 'an error\'s message')
+  t.equal(truncate('ab\u{1f600}cd', 3), 'ab…[truncated 4 chars]', 'a surrogate pair is never split')
+})
+
+t.test('every line fits LINE_MAX_BYTES, newline included, and says when it was re-cut', async (t) => {
+  const c = capture()
+  const many: Record<string, string> = {}
+  for (let i = 0; i < 40; i++) many[`f${i}`] = '\u00e9'.repeat(FIELD_MAX_CHARS) // 2 bytes each: 2 KiB a field
+  c.log.info({ exchangeId: 'id-1', ...many }, 'exchange')
+  const huge: Record<string, number> = {}
+  for (let i = 0; i < 2000; i++) huge[`k${i}`] = i
+  c.log.info({ exchangeId: 'id-2', huge }, 'exchange')
+  c.log.info({ exchangeId: 'id-3' }, 'x'.repeat(100_000))
+  c.log.info({ exchangeId: 'id-4', small: true }, 'exchange')
+  const raw = c.text().split('\n').filter((l) => l !== '')
+  t.equal(raw.length, 4, 'one line each')
+  for (const l of raw) t.ok(Buffer.byteLength(l) + 1 <= LINE_MAX_BYTES, `${Buffer.byteLength(l) + 1} bytes`)
+  const [a, b, m, d] = c.lines()
+  t.equal(a.exchangeId, 'id-1')
+  t.equal(a.msg, 'exchange')
+  t.ok((a.lineTruncated as number) > LINE_MAX_BYTES, 're-cut lines say how long they were')
+  t.match(a.f0, /^\u00e9+…\[truncated \d+ chars\]$/)
+  t.equal(b.exchangeId, 'id-2', 'too many fields: the first ones are kept')
+  t.ok((b.lineTruncated as number) > LINE_MAX_BYTES)
+  t.match(m.msg, /^x+…\[truncated \d+ chars\]$/, 'a long message is cut too')
+  t.equal(d.lineTruncated, undefined, 'a short line is untouched')
+  t.equal(capLine('{"a":1}\n'), '{"a":1}\n')
 })
