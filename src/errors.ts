@@ -49,6 +49,7 @@ export const catalogue = {
   client_closed: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the caller closed the connection' },
   exchange_cancelled: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the exchange was cancelled by a cancel request' },
   client_stalled: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the caller stopped reading the response for longer than the stall limit' },
+  body_timeout: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the request body stopped arriving (limits.bodyIdleMs) or was not complete in time (limits.bodyReadMs)' },
   // provider
   provider_unavailable: { status: 502, side: 'provider', retryAfterSeconds: 5, message: 'the provider could not be reached or failed' },
   provider_timeout: { status: 504, side: 'provider', retryAfterSeconds: 5, message: 'the provider did not answer in time' },

@@ -45,6 +45,10 @@ export const limitsSchema = z.strictObject({
   drainMs: int(0).default(30_000),
   /** A caller that reads nothing for this long while the relay waits on it is cut off. */
   clientStallMs: int(1).default(300_000),
+  /** A request body (or envelope) that sends no byte for this long is refused (body_timeout, 408). */
+  bodyIdleMs: int(1).default(10_000),
+  /** A request body (or envelope) not complete this long after its reading began is refused (body_timeout, 408). */
+  bodyReadMs: int(1).default(60_000),
 })
 
 export const upstreamSchema = z.strictObject({
