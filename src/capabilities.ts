@@ -35,6 +35,8 @@ export function capabilities (config: Config, version: string): Record<string, u
       maxOutputItems: l.maxOutputItems,
       maxOutputBytes: l.maxOutputBytes,
       maxBodyBytes: l.maxBodyBytes,
+      bodyIdleMs: l.bodyIdleMs,
+      bodyReadMs: l.bodyReadMs,
       maxJsonDepth: l.maxJsonDepth,
       maxJsonNodes: l.maxJsonNodes,
       storageBytes: l.storageBytes,

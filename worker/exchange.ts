@@ -261,7 +261,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       prepared = accepted.prepared
       rec.bytesIn = bodyBytes
     } else {
-      const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
+      const body = await readBody(req, h, deps.config.limits, signal)
       bodyBytes = body.byteLength
       rec.bytesIn = bodyBytes
       const parse = trace.phase('parse', { 'sluice.bytes_in': bodyBytes })

@@ -25,7 +25,7 @@ import { VERSION } from '../src/version.ts'
 import { runExchange, runIdentity, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { logRefused, readEnvelope, type SessionDeps } from './session-routes.ts'
-import { sendJson } from './reply.ts'
+import { closeIfUnread, sendJson } from './reply.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
 import { CollectingSink, sinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
@@ -81,7 +81,9 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
   const answer = (value: Record<string, unknown>, err?: SluiceError): void => {
     if (res.headersSent || res.destroyed) return
     if (err) deps.ledger.countRefusal(err.code)
-    sendJson(res, 200, value, err ? err.headers() : {})
+    // An answer before the envelope was read whole (body_timeout, unauthorized) closes the
+    // connection: the rest of that body is never read.
+    sendJson(res, 200, value, { ...(err ? err.headers() : {}), ...closeIfUnread(req) })
   }
   try {
     const key = deps.auth.authenticate(req.headers)

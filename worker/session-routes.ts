@@ -110,7 +110,7 @@ export function logRefused (deps: ExchangeDeps, req: IncomingMessage, mode: 'eve
  * under the parse permit. The returned body's bytes stay reserved in `holdings`.
  */
 export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, holdings: Holdings, kind: 'exchange' | 'rpc', signal: AbortSignal): Promise<PrepareOk> {
-  const body = await readBody(req, holdings, deps.config.limits.maxBodyBytes, signal)
+  const body = await readBody(req, holdings, deps.config.limits, signal)
   // The envelope is gone after this; the exchange body (re-serialised) stays reserved.
   return await prepare(deps, holdings, 'chat', body, signal, kind)
 }
