@@ -27,6 +27,7 @@ export function capabilities (config: Config, version: string): Record<string, u
       queueWaitMs: l.queueWaitMs,
       parsePermits: l.parsePermits,
       parseWaitMs: l.parseWaitMs,
+      maxEnvelopeParses: l.maxEnvelopeParses,
       maxPendingPromptsPerSession: pendingCap(l),
       maxActivePerSession: l.maxActivePerSession,
       sessionEntries: l.sessionEntries,

@@ -79,6 +79,7 @@ t.test('envelope flood beside fault-free exchanges: no admitted exchange is cut 
   }
   t.equal(answered + refused, FLOOD, 'every flood call was answered')
   t.ok(answered > 0, `some of the flood was served (${answered} answered, ${refused} refused)`)
+  t.comment(`flood: ${answered} answered, ${refused} refused before acceptance`)
   let reachedProvider = 0
   for (const [i, r] of p.entries()) {
     const reached = rig.requests.some((q) => q.headers[TAG] === `prompt-${i}`)
