@@ -57,8 +57,12 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     maxQueued: limits.maxQueuedExchanges,
     queueWaitMs: limits.queueWaitMs,
     parsePermits: limits.parsePermits,
-    // Every parse waiter holds an exchange permit, so the parse queue never needs more.
-    parseQueue: limits.maxActiveExchanges,
+    // Room for every exchange-permit holder (each waits for at most one parse at a time),
+    // plus the envelope allowance: envelopes parse before any exchange permit is taken, and
+    // each first takes an allowance slot (src/ledger/envelopes.ts), so they can never fill
+    // the places the permit holders need.
+    parseQueue: limits.maxActiveExchanges + limits.maxEnvelopeParses,
+    envelopeParses: limits.maxEnvelopeParses,
     parseWaitMs: limits.parseWaitMs,
     storageBytes: limits.storageBytes,
     runSlots: limits.maxTrackedRuns,

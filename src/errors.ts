@@ -55,6 +55,7 @@ export const catalogue = {
   http_headers_timeout: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the request headers did not arrive in time' },
   http_expectation_failed: { status: 417, side: 'caller', retryAfterSeconds: null, message: 'the Expect header asks for something other than 100-continue' },
   method_not_allowed: { status: 405, side: 'caller', retryAfterSeconds: null, message: 'this route does not take that method' },
+  body_timeout: { status: 408, side: 'caller', retryAfterSeconds: null, message: 'the request body stopped arriving (limits.bodyIdleMs) or was not complete in time (limits.bodyReadMs)' },
   // provider
   provider_unavailable: { status: 502, side: 'provider', retryAfterSeconds: 5, message: 'the provider could not be reached or failed' },
   provider_timeout: { status: 504, side: 'provider', retryAfterSeconds: 5, message: 'the provider did not answer in time' },

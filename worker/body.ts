@@ -1,12 +1,27 @@
 // Reading a request body with a byte cap, every byte reserved against the aggregate budget
 // before it is held. The body arrives in one ArrayBuffer sized to it, ready to be
 // transferred (not copied) to the parser pool.
+//
+// Two deadlines bound the read, because the exchange permit (and lane slot, turn, bytes) is
+// taken before the body is read: no byte for `bodyIdleMs`, or not complete `bodyReadMs` after
+// the read began, and the read fails with body_timeout (408). The request is then only
+// paused, never destroyed: the refusal can still be written on its socket, and the reply
+// closes the connection (reply.ts closeIfUnread), so the rest of the body is never read.
+// Without these, fastify's requestTimeout (0) and clientStallMs (writes only) let a body that
+// stops arriving hold its permit forever.
 
 import type { IncomingMessage } from 'node:http'
 import { SluiceError } from '../src/errors.ts'
 import type { Holdings } from './holdings.ts'
 
-export async function readBody (req: IncomingMessage, holdings: Holdings, maxBytes: number, signal: AbortSignal): Promise<Uint8Array> {
+export interface BodyLimits {
+  readonly maxBodyBytes: number
+  readonly bodyIdleMs: number
+  readonly bodyReadMs: number
+}
+
+export async function readBody (req: IncomingMessage, holdings: Holdings, limits: BodyLimits, signal: AbortSignal): Promise<Uint8Array> {
+  const maxBytes = limits.maxBodyBytes
   const declared = req.headers['content-length']
   if (declared !== undefined) {
     const n = Number(declared)
@@ -15,23 +30,23 @@ export async function readBody (req: IncomingMessage, holdings: Holdings, maxByt
     holdings.reserve(n)
     const out = new Uint8Array(new ArrayBuffer(n))
     let at = 0
-    for await (const chunk of iterate(req, signal)) {
+    await pump(req, signal, limits, (chunk) => {
       if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
       out.set(chunk, at)
       at += chunk.byteLength
-    }
+    })
     if (at !== n) throw new SluiceError('client_closed', { received: at, declared: n })
     return out
   }
   // Chunked: reserve as chunks arrive, then one exact-size copy (reserved too, while both exist).
   const chunks: Buffer[] = []
   let total = 0
-  for await (const chunk of iterate(req, signal)) {
+  await pump(req, signal, limits, (chunk) => {
     total += chunk.byteLength
     if (total > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes })
     holdings.reserve(chunk.byteLength)
     chunks.push(chunk)
-  }
+  })
   holdings.reserve(total)
   const out = new Uint8Array(new ArrayBuffer(total))
   let at = 0
@@ -41,16 +56,53 @@ export async function readBody (req: IncomingMessage, holdings: Holdings, maxByt
   return out
 }
 
-async function * iterate (req: IncomingMessage, signal: AbortSignal): AsyncGenerator<Buffer> {
-  if (signal.aborted) throw new SluiceError('client_closed')
-  try {
-    for await (const chunk of req) {
-      if (signal.aborted) throw new SluiceError('client_closed')
-      yield chunk as Buffer
+/**
+ * Feeds each chunk of `req` to `onChunk` (synchronously; a throw ends the read with that
+ * error) until the body ends. Rejects with client_closed when the caller goes away or the
+ * signal aborts, and body_timeout at either deadline. Settles exactly once; every listener
+ * and timer is removed when it does, and the request is left paused.
+ */
+function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void): Promise<void> {
+  if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
+  if (req.readableEnded) return Promise.resolve()
+  return new Promise<void>((resolve, reject) => {
+    let received = 0
+    let settled = false
+    const finish = (err: SluiceError | null): void => {
+      if (settled) return
+      settled = true
+      clearTimeout(idle)
+      clearTimeout(deadline)
+      req.off('data', onData)
+      req.off('end', onEnd)
+      req.off('error', onError)
+      req.off('close', onClose)
+      signal.removeEventListener('abort', onAbort)
+      if (err) { req.pause(); reject(err) } else resolve()
     }
-  } catch (err) {
-    if (err instanceof SluiceError) throw err
-    throw new SluiceError('client_closed', { cause: (err as { code?: string }).code ?? 'aborted' })
-  }
-  if (signal.aborted || req.readableAborted) throw new SluiceError('client_closed')
+    const timeout = (reason: 'idle' | 'deadline', limitMs: number) => () => finish(new SluiceError('body_timeout', { reason, limitMs, received }))
+    const onData = (chunk: Buffer): void => {
+      if (settled) return
+      received += chunk.byteLength
+      idle.refresh()
+      try {
+        onChunk(chunk)
+      } catch (err) {
+        finish(SluiceError.from(err))
+      }
+    }
+    const onEnd = (): void => finish(req.readableAborted || signal.aborted ? new SluiceError('client_closed') : null)
+    const onError = (err: Error): void => finish(err instanceof SluiceError ? err : new SluiceError('client_closed', { cause: (err as { code?: string }).code ?? 'aborted' }))
+    // 'close' before 'end': the caller went away mid-body.
+    const onClose = (): void => { if (!req.readableEnded) finish(new SluiceError('client_closed')) }
+    const onAbort = (): void => finish(new SluiceError('client_closed'))
+    const idle = setTimeout(timeout('idle', limits.bodyIdleMs), limits.bodyIdleMs)
+    const deadline = setTimeout(timeout('deadline', limits.bodyReadMs), limits.bodyReadMs)
+    req.on('data', onData)
+    req.once('end', onEnd)
+    req.once('error', onError)
+    req.once('close', onClose)
+    signal.addEventListener('abort', onAbort, { once: true })
+    req.resume()
+  })
 }

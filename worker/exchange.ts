@@ -134,6 +134,14 @@ export interface Accepted {
   onStarted?: () => void
   /** Aborts the exchange (the JSON-RPC caller went away); its reason is reported. */
   signal?: AbortSignal
+  /**
+   * Called once the relay into the sink has settled, while the exchange still holds its
+   * permit: reading the result out of the sink (sinkResult parses the provider's answer under
+   * the parse permit) is then a permit holder's parse, which always finds a place in the parse
+   * queue (src/ledger/envelopes.ts). Read after the release, it competed with the envelopes
+   * for the queue and an accepted exchange's result could be refused. A throw fails the exchange.
+   */
+  onRelayed?: (rec: ExchangeRecord, signal: AbortSignal) => Promise<void>
 }
 
 export async function runExchange (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse, accepted?: Accepted): Promise<ExchangeRecord> {
@@ -261,7 +269,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
       prepared = accepted.prepared
       rec.bytesIn = bodyBytes
     } else {
-      const body = await readBody(req, h, deps.config.limits.maxBodyBytes, signal)
+      const body = await readBody(req, h, deps.config.limits, signal)
       bodyBytes = body.byteLength
       rec.bytesIn = bodyBytes
       const parse = trace.phase('parse', { 'sluice.bytes_in': bodyBytes })
@@ -333,6 +341,7 @@ export async function runExchange (deps: ExchangeDeps, route: Route, req: Incomi
     }
     rec.code = outcome.code
     rec.status = res.statusCode
+    if (accepted?.onRelayed) await accepted.onRelayed(rec, signal)
   } catch (err) {
     const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     rec.code = se.code

@@ -25,9 +25,9 @@ import { VERSION } from '../src/version.ts'
 import { runExchange, runIdentity, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { logRefused, readEnvelope, type SessionDeps } from './session-routes.ts'
-import { sendJson } from './reply.ts'
+import { closeIfUnread, sendJson } from './reply.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
-import { CollectingSink, sinkResult } from './sink.ts'
+import { CollectingSink, sinkResult, type SinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
 
 export const RPC_METHODS = ['capabilities', 'session/prompt', 'session/cancel'] as const
@@ -81,7 +81,9 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
   const answer = (value: Record<string, unknown>, err?: SluiceError): void => {
     if (res.headersSent || res.destroyed) return
     if (err) deps.ledger.countRefusal(err.code)
-    sendJson(res, 200, value, err ? err.headers() : {})
+    // An answer before the envelope was read whole (body_timeout, unauthorized) closes the
+    // connection: the rest of that body is never read.
+    sendJson(res, 200, value, { ...(err ? err.headers() : {}), ...closeIfUnread(req) })
   }
   try {
     const key = deps.auth.authenticate(req.headers)
@@ -119,12 +121,16 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
     const sink = new CollectingSink({ cap: deps.config.limits.maxOutputBytes, storage: deps.ledger.storage, frameBytes: deps.config.limits.sseFrameBytes })
     handedOff = true
     try {
+      // The result is read while the exchange holds its permit (Accepted.onRelayed); only an
+      // exchange that failed before reaching it is read afterwards, without a parse.
+      const got: { r: SinkResult | null } = { r: null }
       const run = runExchange(deps, prepared.envelope!.route as Route, req, sink as unknown as ServerResponse, {
         exchangeId, mode: 'rpc', key, sessionId, lane, turn, holdings, prepared, signal: ac.signal,
+        onRelayed: async (rec, signal) => { got.r = await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, signal) },
       })
       deps.background.track(run)
       const rec = await run
-      const r = await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, ac.signal)
+      const r = got.r ?? await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, ac.signal)
       if (r.ok) {
         answer({ jsonrpc: '2.0', id, result: { exchangeId, sessionId, status: r.status, body: r.body, usage: rec.usage } })
         return

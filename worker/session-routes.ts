@@ -28,7 +28,7 @@ import { RG_EVENT_STREAMS } from '../src/ledger/layout.ts'
 import { prepare, runExchange, runIdentity, type ExchangeDeps, type ExchangeRecord, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
-import { CollectingSink, sinkResult } from './sink.ts'
+import { CollectingSink, sinkResult, type SinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
 
 export interface SessionDeps extends ExchangeDeps {
@@ -108,11 +108,24 @@ export function logRefused (deps: ExchangeDeps, req: IncomingMessage, mode: 'eve
 /**
  * Reads an envelope body (bytes reserved in `holdings`) and prepares it in the parser pool
  * under the parse permit. The returned body's bytes stay reserved in `holdings`.
+ *
+ * An envelope holds no exchange permit yet, so its parse first takes a slot of the shared
+ * envelope-parse allowance (src/ledger/envelopes.ts), returned once the parse settled: with
+ * the allowance full it is refused at once with parse_capacity_exhausted (503, Retry-After),
+ * before anything is accepted, and the parse queue keeps its places for the exchanges that
+ * hold a permit.
  */
 export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, holdings: Holdings, kind: 'exchange' | 'rpc', signal: AbortSignal): Promise<PrepareOk> {
-  const body = await readBody(req, holdings, deps.config.limits.maxBodyBytes, signal)
-  // The envelope is gone after this; the exchange body (re-serialised) stays reserved.
-  return await prepare(deps, holdings, 'chat', body, signal, kind)
+  const body = await readBody(req, holdings, deps.config.limits, signal)
+  if (!deps.ledger.envelopes.tryTake()) {
+    throw new SluiceError('parse_capacity_exhausted', { gate: 'parse', reason: 'envelopes', limit: deps.ledger.envelopes.max })
+  }
+  try {
+    // The envelope is gone after this; the exchange body (re-serialised) stays reserved.
+    return await prepare(deps, holdings, 'chat', body, signal, kind)
+  } finally {
+    deps.ledger.envelopes.give()
+  }
 }
 
 export class SessionEvents {
@@ -185,6 +198,7 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
     const route = prepared.envelope?.route as Route
     turn = deps.turns.take(key, runIdentity(req))
     const sessionKey = Lanes.key(key.name, sessionId)
+    const got: { r: SinkResult | null } = { r: null }
     const sink = new CollectingSink({
       cap: Math.min(deps.config.limits.maxOutputBytes, deps.ring.maxPayload - 1024),
       storage: deps.ledger.storage,
@@ -205,11 +219,13 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
       holdings,
       prepared,
       onStarted: () => { events.publish(sessionKey, 'turn_started', { exchangeId, route, model: prepared.requestedModel }) },
+      // The result is read while the exchange holds its permit (Accepted.onRelayed).
+      onRelayed: async (rec, signal) => { got.r = await sinkResult(sink, rec, deps.ledger.parse, { partial: rec.partial, frames: rec.frames }, signal) },
     })
     handedOff = true
     // Events of this exchange all come after this id: subscribe with it as Last-Event-ID.
     const lastEventId = deps.ring.nextSeq - 1
-    deps.background.track(run.then((rec) => finishEvents(deps, events, sessionKey, sink, rec)).finally(() => sink.dispose()))
+    deps.background.track(run.then((rec) => finishEvents(deps, events, sessionKey, sink, rec, got.r)).finally(() => sink.dispose()))
     res.off('close', onClose)
     sendJson(res, 202, { exchangeId, sessionId, lastEventId })
   } catch (err) {
@@ -228,13 +244,14 @@ async function acceptExchange (deps: SessionDeps, events: SessionEvents, rawId: 
   }
 }
 
-/** The exchange settled: one turn_complete or turn_error carries its result. */
-async function finishEvents (deps: ExchangeDeps, events: SessionEvents, session: Key64, sink: CollectingSink, rec: ExchangeRecord): Promise<void> {
+/** The exchange settled: one turn_complete or turn_error carries its result (`read` when it
+ *  was read while the exchange held its permit; else it failed first and needs no parse). */
+async function finishEvents (deps: ExchangeDeps, events: SessionEvents, session: Key64, sink: CollectingSink, rec: ExchangeRecord, read: SinkResult | null): Promise<void> {
   const exchangeId = rec.exchangeId
   const turnError = (err: SluiceError): void => {
     events.publish(session, 'turn_error', { ...err.toBody(), exchangeId, status: err.status })
   }
-  const r = await sinkResult(sink, rec, deps.ledger.parse, { partial: rec.partial, frames: rec.frames })
+  const r = read ?? await sinkResult(sink, rec, deps.ledger.parse, { partial: rec.partial, frames: rec.frames })
   if (!r.ok) { turnError(r.error); return }
   const done = sink.isEventStream
     ? { exchangeId, status: r.status, body: null, usage: rec.usage, frames: rec.frames }

@@ -19,6 +19,9 @@ export const limitsSchema = z.strictObject({
   queueWaitMs: int(1).default(30_000),
   parsePermits: int(1).max(1024).default(1),
   parseWaitMs: int(1).default(30_000),
+  /** Parses by work that holds no exchange permit (JSON-RPC and non-blocking envelopes),
+   *  waiting for or holding the parse permit, across all workers; beyond it refused at once. */
+  maxEnvelopeParses: int(1).max(65535).default(32),
   maxPendingPromptsPerSession: pendingCap.default(5),
   maxActivePerSession: int(1).default(1),
   /** Session-lane entries shared by all workers: exchanges pending in any session (queued + active). */
@@ -47,6 +50,10 @@ export const limitsSchema = z.strictObject({
   drainMs: int(0).default(30_000),
   /** A caller that reads nothing for this long while the relay waits on it is cut off. */
   clientStallMs: int(1).default(300_000),
+  /** A request body (or envelope) that sends no byte for this long is refused (body_timeout, 408). */
+  bodyIdleMs: int(1).default(10_000),
+  /** A request body (or envelope) not complete this long after its reading began is refused (body_timeout, 408). */
+  bodyReadMs: int(1).default(60_000),
 })
 
 export const upstreamSchema = z.strictObject({

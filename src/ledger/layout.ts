@@ -17,7 +17,7 @@
 // Gates are numbered: GATE_EXCHANGE = 0, GATE_PARSE = 1.
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 3
+export const LAYOUT_VERSION = 4
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -38,7 +38,20 @@ export const H_DRAINING = H_GATE_DIMS + 2 * GATES // 9: 1 while the gateway drai
 export const H_RUN_SLOTS = H_DRAINING + 1
 /** Entries in the session-lane table (0 disables lanes). Added in layout version 2. */
 export const H_LANE_ENTRIES = H_RUN_SLOTS + 1
-export const HEADER32_FIELDS = H_LANE_ENTRIES + 1
+/**
+ * Envelope parses (envelopes.ts, layout version 4): parses by work that holds no exchange
+ * permit (JSON-RPC and non-blocking envelopes), waiting for or holding the parse permit.
+ * Bounded so that they never take the parse queue's room the permit holders need. Each
+ * row's own count is R_ENVELOPES (the truth); H_EP_IN_USE is derived from the rows.
+ */
+export const H_EP_MAX = H_LANE_ENTRIES + 1      // the allowance (limits.maxEnvelopeParses)
+export const H_EP_IN_USE = H_EP_MAX + 1         // = sum over rows of R_ENVELOPES, outside the lock
+export const H_EP_TOTALS = H_EP_IN_USE + 1      // EP_TOTAL_FIELDS cells of (lo, hi) totals follow
+export const ET_TAKEN = 0                       // allowance slots taken
+export const ET_REFUSED = 2                     // refusals: the allowance full (parse_capacity_exhausted)
+export const ET_RECLAIMED = 4                   // slots freed from dead rows
+export const EP_TOTAL_FIELDS = 6
+export const HEADER32_FIELDS = H_EP_TOTALS + EP_TOTAL_FIELDS
 
 // ---- Int32 per gate ----
 export const G_MAX = 0          // permits
@@ -154,7 +167,9 @@ export const HIST_COUNT = 3
 export const HIST_BOUNDS_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000] as const
 /** (lo, hi) pairs: one per bucket incl. +Inf (not cumulative), then the sum in µs, then the count. */
 export const HIST_FIELDS = 2 * (HIST_BOUNDS_MS.length + 1) + 2 + 2
-export const ROW32_FIELDS = R_HISTS + HIST_COUNT * HIST_FIELDS
+/** Envelope-parse slots this row holds (layout version 4; see H_EP_MAX). */
+export const R_ENVELOPES = R_HISTS + HIST_COUNT * HIST_FIELDS
+export const ROW32_FIELDS = R_ENVELOPES + 1
 
 export const ROW_UNUSED = 0
 export const ROW_ALIVE = 1

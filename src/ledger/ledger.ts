@@ -1,5 +1,5 @@
-// The ledger: the exchange gate, the parse gate, the byte budget, the run table, the session
-// lanes and the per-thread rows,
+// The ledger: the exchange gate, the parse gate, the envelope-parse allowance, the byte
+// budget, the run table, the session lanes and the per-thread rows,
 // over one SharedArrayBuffer. The primary creates it (`createLedger`) and keeps row 0; each
 // HTTP worker attaches with its own row (`attachLedger`). No I/O here.
 //
@@ -29,13 +29,14 @@ import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
   H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
-  ROW_ALIVE, ROW_DEAD, R64_BYTES, R_COUNTERS, ROW_COUNTERS, R_GAUGES, ROW_GAUGES, R_HISTS, HIST_FIELDS, HIST_BOUNDS_MS,
+  ROW_ALIVE, ROW_DEAD, R64_BYTES, R_ENVELOPES, R_COUNTERS, ROW_COUNTERS, R_GAUGES, ROW_GAUGES, R_HISTS, HIST_FIELDS, HIST_BOUNDS_MS,
   computeLayout,
 } from './layout.ts'
 import { errorCodes, type ErrorCode } from '../errors.ts'
 import { readTotal } from './gate.ts'
 import { RunTable } from './runs.ts'
 import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot, type LostEntry } from './lanes.ts'
+import { EnvelopeParses, initEnvelopes, reclaimEnvelopesLocked, type EnvelopeSnapshot } from './envelopes.ts'
 
 if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
 const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
@@ -47,6 +48,9 @@ export interface LedgerOptions {
   parsePermits: number
   parseQueue: number
   parseWaitMs: number
+  /** Envelope parses (no exchange permit) waiting for or holding the parse permit (default 0:
+   *  none; envelopes.ts). The parse queue must have room for these beside the permit holders. */
+  envelopeParses?: number
   storageBytes: number
   /** Run-table slots for turn pins (default 4096). */
   runSlots?: number
@@ -67,6 +71,7 @@ export interface RowSnapshot {
   threadId: number
   exchangeHeld: number
   parseHeld: number
+  envelopesHeld: number
   bytes: number
   heapUsed: number
   heapLimit: number
@@ -77,6 +82,7 @@ export interface RowSnapshot {
 export interface LedgerSnapshot {
   exchange: GateSnapshot
   parse: GateSnapshot
+  envelopes: EnvelopeSnapshot
   storage: BudgetSnapshot
   lanes: LaneSnapshot
   rows: RowSnapshot[]
@@ -93,6 +99,8 @@ export interface Reclaimed {
   lockStolen: boolean
   /** Session-lane entries the dead thread left (their exchanges never reported an end). */
   lost?: LostEntry[]
+  /** Envelope-parse slots the dead thread held (envelopes.ts); absent when none. */
+  envelopes?: number
 }
 
 /** Wait defaults travel with the buffer so every thread applies the same ones. */
@@ -102,6 +110,7 @@ export class Ledger {
   readonly core: LedgerCore
   readonly exchange: Gate
   readonly parse: Gate
+  readonly envelopes: EnvelopeParses
   readonly storage: ByteBudget
   readonly runs: RunTable
   readonly lanes: Lanes
@@ -112,6 +121,7 @@ export class Ledger {
     this.core = new LedgerCore(init.sab, row)
     this.exchange = new Gate(this.core, GATE_EXCHANGE, 'exchange', { full: 'capacity_exhausted', timeout: 'capacity_timeout' }, init.queueWaitMs)
     this.parse = new Gate(this.core, GATE_PARSE, 'parse', { full: 'parse_capacity_exhausted', timeout: 'parse_capacity_timeout' }, init.parseWaitMs)
+    this.envelopes = new EnvelopeParses(this.core)
     this.storage = new ByteBudget(this.core)
     this.runs = new RunTable(this.core)
     this.lanes = new Lanes(this.core)
@@ -206,6 +216,7 @@ export class Ledger {
       if (Atomics.load(i32, at + R_HELD + g) !== 0) throw new Error(`ledger row ${row} still holds permits: reclaim it first`)
     }
     if (Atomics.load(this.core.i64, this.core.layout.row64(row) + R64_BYTES) !== 0n) throw new Error(`ledger row ${row} still holds bytes: reclaim it first`)
+    if (Atomics.load(i32, at + R_ENVELOPES) !== 0) throw new Error(`ledger row ${row} still holds envelope-parse slots: reclaim it first`)
     Atomics.store(i32, at + R_THREAD_ID, threadId)
     Atomics.store(i32, at + R_STATE, ROW_ALIVE)
     return Atomics.add(i32, at + R_GENERATION, 1) + 1
@@ -252,6 +263,7 @@ export class Ledger {
     let parse = 0
     let bytes = 0
     let lanes = 0
+    let envelopes = 0
     let lost: LostEntry[] = []
     try {
       const ex = reclaimGateLocked(core, GATE_EXCHANGE, row)
@@ -262,6 +274,7 @@ export class Ledger {
       lanes = ln.reclaimed
       lost = ln.lost
       notify.push(...ex.granted, ...pa.granted, ...ln.notify)
+      envelopes = reclaimEnvelopesLocked(core, row)
       bytes = reclaimBytesLocked(core, row, lockStolen)
       const at = core.layout.row32(row)
       // A dead thread's gauges describe streams that no longer exist.
@@ -274,6 +287,7 @@ export class Ledger {
     for (const idx of notify) Atomics.notify(core.i32, idx)
     const out: Reclaimed = { exchange, parse, bytes, lanes, lockStolen }
     if (lost.length > 0) out.lost = lost
+    if (envelopes > 0) out.envelopes = envelopes
     return out
   }
 
@@ -291,6 +305,7 @@ export class Ledger {
         threadId: Atomics.load(i32, a + R_THREAD_ID),
         exchangeHeld: Atomics.load(i32, a + R_HELD + GATE_EXCHANGE),
         parseHeld: Atomics.load(i32, a + R_HELD + GATE_PARSE),
+        envelopesHeld: Atomics.load(i32, a + R_ENVELOPES),
         bytes: Number(Atomics.load(i64, b + R64_BYTES)),
         heapUsed: Number(Atomics.load(i64, b + R64_HEAP_USED)),
         heapLimit: Number(Atomics.load(i64, b + R64_HEAP_LIMIT)),
@@ -301,6 +316,7 @@ export class Ledger {
     return {
       exchange: this.exchange.snapshot(),
       parse: this.parse.snapshot(),
+      envelopes: this.envelopes.snapshot(),
       storage: this.storage.snapshot(),
       lanes: this.lanes.snapshot(),
       rows,
@@ -343,6 +359,7 @@ export function createLedger (opts: LedgerOptions): Ledger {
   i32[H_RUN_SLOTS] = dims.runs
   i32[H_LANE_ENTRIES] = dims.lanes
   initLanes(i32, layout.lanes32, dims.lanes, opts.pendingPerSession ?? 5, opts.activePerSession ?? 1)
+  initEnvelopes(i32, opts.envelopeParses ?? 0)
   for (let g = 0; g < GATES; g++) {
     i32[H_GATE_DIMS + 2 * g] = dims.gates[g].maxPermits
     i32[H_GATE_DIMS + 2 * g + 1] = dims.gates[g].maxQueued

@@ -21,6 +21,7 @@ export const IDLE_GAUGES = [
   'sluice_exchanges_queued',
   'sluice_parse_permits_in_use',
   'sluice_parse_permits_queued',
+  'sluice_parse_envelopes_in_use',
   'sluice_storage_bytes_reserved',
   'sluice_session_pending',
   'sluice_session_active',

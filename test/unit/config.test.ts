@@ -28,6 +28,9 @@ const invalid: Array<[string, unknown, string]> = [
   ['heap fraction above 1', { limits: { workerHeapAdmitFraction: 1.5 } }, 'limits.workerHeapAdmitFraction'],
   ['demo key off loopback', { listen: { host: '0.0.0.0' }, keys: [{ name: 'd', sha256: sha256Hex(DEMO_KEY) }] }, 'listen.host'],
   ['not an object', [], '(root)'],
+  ['zero body idle limit', { limits: { bodyIdleMs: 0 } }, 'limits.bodyIdleMs'],
+  ['fractional body read limit', { limits: { bodyReadMs: 2.5 } }, 'limits.bodyReadMs'],
+  ['zero envelope parses', { limits: { maxEnvelopeParses: 0 } }, 'limits.maxEnvelopeParses'],
 ]
 
 for (const [name, cfg, key] of invalid) {
@@ -53,6 +56,13 @@ t.test('defaults are the DESIGN.md fixed limits', async (t) => {
   t.equal(c.listen.host, '127.0.0.1')
   t.equal(c.listen.port, 8080)
   t.equal(c.listen.adminPort, 9090)
+})
+
+t.test('body deadlines and the envelope-parse allowance have their documented defaults', async (t) => {
+  const c = validateConfig({})
+  t.equal(c.limits.bodyIdleMs, 10_000)
+  t.equal(c.limits.bodyReadMs, 60_000)
+  t.equal(c.limits.maxEnvelopeParses, 32)
 })
 
 t.test('pending cap: 0, null and "Infinity" disable it', async (t) => {

@@ -65,7 +65,9 @@ export function idleProblems (ledger: Ledger, opts: IdleOptions = {}): string[] 
     if (r.exchangeHeld !== 0) problems.push(`row ${r.row} exchangeHeld = ${r.exchangeHeld}`)
     if (r.parseHeld !== 0) problems.push(`row ${r.row} parseHeld = ${r.parseHeld}`)
     if (r.bytes !== 0) problems.push(`row ${r.row} bytes = ${r.bytes}`)
+    if (r.envelopesHeld !== 0) problems.push(`row ${r.row} envelopesHeld = ${r.envelopesHeld}`)
   }
+  if (s.envelopes.inUse !== 0) problems.push(`envelopes.inUse = ${s.envelopes.inUse}`)
   const ln = s.lanes
   if (ln.pending !== 0) problems.push(`lanes.pending = ${ln.pending}`)
   if (ln.active !== 0) problems.push(`lanes.active = ${ln.active}`)
