@@ -178,7 +178,8 @@ export interface TranslationBudget {
 export class CountingBudget implements TranslationBudget {
   held = { tool_arguments: 0, item: 0, output: 0 }
   peak = 0
-  constructor (readonly maxBytes = Number.POSITIVE_INFINITY) {}
+  readonly maxBytes: number
+  constructor (maxBytes = Number.POSITIVE_INFINITY) { this.maxBytes = maxBytes }
   charge (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
     const total = this.held.tool_arguments + this.held.item + this.held.output + bytes
     if (total > this.maxBytes) {
