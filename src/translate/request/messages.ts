@@ -194,11 +194,12 @@ export function encodeMessagesRequest (req: CanonicalRequest, ctx: EncodeContext
   const r = req.reasoning
   const forced = req.toolChoice?.type === 'required' || req.toolChoice?.type === 'tool'
   let budget = r !== undefined && r.enabled && !forced ? (r.budgetTokens ?? budgetForEffort(r.effort)) : 0
-  const maxTokens = req.maxOutputTokens ?? DEFAULT_MAX_TOKENS + (budget >= MIN_THINKING_BUDGET ? budget : 0)
-  if (budget >= maxTokens) budget = maxTokens - 1
+  if (req.maxOutputTokens !== undefined && budget >= req.maxOutputTokens) budget = req.maxOutputTokens - 1
   let messages = encodeTurns(rest, ctx, budget >= MIN_THINKING_BUDGET)
   if (budget >= MIN_THINKING_BUDGET && !toolLoopHasThinking(messages)) budget = 0
   if (budget < MIN_THINKING_BUDGET) messages = encodeTurns(rest, ctx, false)
+  const thinking = budget >= MIN_THINKING_BUDGET
+  const maxTokens = req.maxOutputTokens ?? DEFAULT_MAX_TOKENS + (thinking ? budget : 0)
 
   const body: Json = { model: ctx.model, max_tokens: maxTokens }
   if (system.length > 0) body.system = system
@@ -214,7 +215,6 @@ export function encodeMessagesRequest (req: CanonicalRequest, ctx: EncodeContext
     const choice = encodeChoice(req.toolChoice, req.parallelToolCalls)
     if (choice !== undefined) body.tool_choice = choice
   }
-  const thinking = budget >= MIN_THINKING_BUDGET
   if (thinking) body.thinking = { type: 'enabled', budget_tokens: budget }
   if (!thinking && req.temperature !== undefined) body.temperature = req.temperature
   else if (!thinking && req.topP !== undefined) body.top_p = req.topP
