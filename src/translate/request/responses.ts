@@ -63,11 +63,12 @@ export function decodeResponsesRequest (body: unknown): CanonicalRequest {
   }
   const instructions = optStr(b.instructions, 'instructions')
   if (instructions !== undefined && instructions !== '') req.system.push({ role: 'system', text: instructions })
-  if (typeof b.input === 'string') req.messages.push({ role: 'user', parts: [{ type: 'text', text: b.input }] })
-  else if (b.input !== undefined && b.input !== null) decodeInput(arr(b.input, 'input'), req)
+  // declared tools first: the ones a tool search loaded (in the input) come after them
   if (b.tools !== undefined && b.tools !== null) {
     arr(b.tools, 'tools').forEach((t, i) => { addTool(req, t, `tools[${i}]`) })
   }
+  if (typeof b.input === 'string') req.messages.push({ role: 'user', parts: [{ type: 'text', text: b.input }] })
+  else if (b.input !== undefined && b.input !== null) decodeInput(arr(b.input, 'input'), req)
   if (b.tool_choice !== undefined && b.tool_choice !== null) req.toolChoice = decodeToolChoice(b.tool_choice)
   req.parallelToolCalls = optBool(b.parallel_tool_calls, 'parallel_tool_calls')
   req.maxOutputTokens = optNum(b.max_output_tokens, 'max_output_tokens')

@@ -1,6 +1,7 @@
 // Protocol rules an encoded provider body must keep, each returned as a list of violations (an
 // empty list is a pass) so a failing test says which rule broke and where.
-import type { Protocol } from '../../../src/translate/canonical.ts'
+import type { CanonicalRequest, Protocol } from '../../../src/translate/canonical.ts'
+import { translateRequest, type TranslateRequestInput } from '../../../src/translate/request/index.ts'
 
 type Json = Record<string, any>
 
@@ -107,4 +108,19 @@ export function calledNames (protocol: Protocol, body: Json): string[] {
   else if (protocol === 'openai-responses') for (const it of body.input) { if (it.type === 'function_call' || it.type === 'custom_tool_call') names.push(it.name) }
   else for (const m of body.messages) for (const b of m.content) { if (b.type === 'tool_use') names.push(b.name) }
   return names
+}
+
+/** The error `fn` throws (a test fails when it throws nothing). */
+export function thrown (fn: () => unknown): { code?: string; status?: number; message: string; details?: Record<string, unknown> } {
+  try {
+    fn()
+  } catch (err) {
+    return err as { code?: string; status?: number; message: string; details?: Record<string, unknown> }
+  }
+  return { message: 'nothing was thrown' }
+}
+
+/** translateRequest with the body typed loosely, for reading it in assertions. */
+export function translate (input: TranslateRequestInput): { body: Json; request: CanonicalRequest } {
+  return translateRequest(input)
 }

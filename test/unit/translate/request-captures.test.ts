@@ -7,8 +7,7 @@ import t from 'tap'
 import { readdirSync, readFileSync } from 'node:fs'
 import type { Protocol } from '../../../src/translate/canonical.ts'
 import { toolLookup, WIRE_NAME } from '../../../src/translate/names.ts'
-import { translateRequest } from '../../../src/translate/request/index.ts'
-import { calledNames, callIds, declaredNames, turnRules } from './invariants.ts'
+import { calledNames, callIds, declaredNames, translate, turnRules } from './invariants.ts'
 import { shapes } from './shapes.ts'
 
 type Json = Record<string, any>
@@ -56,7 +55,7 @@ for (const file of files) {
   const raw = JSON.parse(readFileSync(new URL(file, dir), 'utf8')).body as Json
   for (const to of protocols.filter(p => p !== from)) {
     t.test(`${file} -> ${to}`, async t => {
-      const { body, request } = translateRequest({ from, to, body: structuredClone(raw), model: 'provider-model', issuer: `${to}:prov` })
+      const { body, request } = translate({ from, to, body: structuredClone(raw), model: 'provider-model', issuer: `${to}:prov` })
       const shape = shapes[to].safeParse(body)
       t.same(shape.success ? [] : shape.error.issues.map(i => `${i.path.join('.')}: ${i.message}`), [], 'the body has the provider request shape')
       t.same(turnRules(to, body), [], 'tool calls and results where the provider needs them')
@@ -96,7 +95,7 @@ for (const file of files) {
 
 t.test('codex namespace call on Chat: one flattened function, restored as {namespace, name}', async t => {
   const raw = JSON.parse(readFileSync(new URL('codex-tool-namespace-02-POST-v1_responses.json', dir), 'utf8')).body
-  const { body, request } = translateRequest({ from: 'openai-responses', to: 'openai-chat', body: raw, model: 'm', issuer: 'openai-chat:p' })
+  const { body, request } = translate({ from: 'openai-responses', to: 'openai-chat', body: raw, model: 'm', issuer: 'openai-chat:p' })
   const call = body.messages.find((m: Json) => m.tool_calls !== undefined).tool_calls[0]
   t.equal(call.function.name, 'multi_agent_v1__close_agent')
   t.equal(call.function.arguments, '{"target":"x"}')
@@ -108,7 +107,7 @@ t.test('codex apply_patch on Chat and Anthropic: a function with one input strin
   const raw = JSON.parse(readFileSync(new URL('codex-tool-applypatch-02-POST-v1_responses.json', dir), 'utf8')).body
   const patch = raw.input.find((i: Json) => i.type === 'custom_tool_call').input as string
   const grammar = raw.tools.find((x: Json) => x.type === 'custom').format.definition as string
-  const chat = translateRequest({ from: 'openai-responses', to: 'openai-chat', body: structuredClone(raw), model: 'm', issuer: 'openai-chat:p' })
+  const chat = translate({ from: 'openai-responses', to: 'openai-chat', body: structuredClone(raw), model: 'm', issuer: 'openai-chat:p' })
   const fn = chat.body.tools.find((x: Json) => x.function.name === 'apply_patch').function
   t.same(Object.keys(fn.parameters.properties), ['input'])
   t.same(fn.parameters.required, ['input'])
@@ -120,7 +119,7 @@ t.test('codex apply_patch on Chat and Anthropic: a function with one input strin
   t.equal(toolLookup(chat.request.tools).get('apply_patch')?.kind, 'custom')
   t.equal(toolLookup(chat.request.tools).get('tool_search')?.kind, 'tool_search', 'tool_search stays a tool search')
 
-  const anth = translateRequest({ from: 'openai-responses', to: 'anthropic', body: structuredClone(raw), model: 'm', issuer: 'anthropic:p' })
+  const anth = translate({ from: 'openai-responses', to: 'anthropic', body: structuredClone(raw), model: 'm', issuer: 'anthropic:p' })
   const use = anth.body.messages.flatMap((m: Json) => m.content).find((b: Json) => b.type === 'tool_use')
   t.same(use.input, { input: patch })
   t.same(anth.body.tools.find((x: Json) => x.name === 'apply_patch').input_schema, fn.parameters)
@@ -130,7 +129,7 @@ t.test('codex apply_patch on Chat and Anthropic: a function with one input strin
 
 t.test('codex parallel calls on Anthropic: one assistant turn, both results first in the next user turn', async t => {
   const raw = JSON.parse(readFileSync(new URL('codex-tool-reasoning-parallel-02-POST-v1_responses.json', dir), 'utf8')).body
-  const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: raw, model: 'm', issuer: 'anthropic:p' })
+  const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: raw, model: 'm', issuer: 'anthropic:p' })
   const i = body.messages.findIndex((m: Json) => m.role === 'assistant')
   t.same(body.messages[i].content.map((b: Json) => b.type), ['tool_use', 'tool_use'], 'the foreign reasoning item is dropped')
   t.same(body.messages[i + 1].content.map((b: Json) => b.type), ['tool_result', 'tool_result'])
@@ -140,7 +139,7 @@ t.test('codex parallel calls on Anthropic: one assistant turn, both results firs
 
 t.test('claude code on Responses: system blocks become instructions, the mid-conversation system entry stays in place', async t => {
   const raw = JSON.parse(readFileSync(new URL('claude-tool-thinking-02-POST-v1_messages.json', dir), 'utf8')).body
-  const { body } = translateRequest({ from: 'anthropic', to: 'openai-responses', body: raw, model: 'm', issuer: 'openai-responses:p' })
+  const { body } = translate({ from: 'anthropic', to: 'openai-responses', body: raw, model: 'm', issuer: 'openai-responses:p' })
   t.equal(body.instructions, raw.system.map((s: Json) => s.text).join('\n\n'))
   t.same(body.input.map((i: Json) => i.type === 'message' ? i.role : i.type), ['user', 'system', 'assistant', 'function_call', 'function_call_output'])
   t.equal(body.max_output_tokens, 128000)

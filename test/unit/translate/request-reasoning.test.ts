@@ -7,7 +7,7 @@ import { issuerOf, wrapOpaque } from '../../../src/translate/envelope.ts'
 import {
   anthropicThinkingOpaque, openaiReasoningOpaque, parseAnthropicThinkingOpaque, parseOpenaiReasoningOpaque,
 } from '../../../src/translate/reasoning.ts'
-import { translateRequest } from '../../../src/translate/request/index.ts'
+import { translate } from './invariants.ts'
 import { shapes } from './shapes.ts'
 
 type Json = Record<string, any>
@@ -48,7 +48,7 @@ function codexReplay (encrypted: string): Json {
 
 t.test('Responses client on Anthropic: a replayed thinking envelope is restored byte-exact for its issuer', async t => {
   const env = wrapOpaque(anthropicThinkingOpaque(CLAUDE, { type: 'thinking', thinking: THINKING, signature: SIGNATURE }))
-  const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
+  const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
   t.ok(shapes.anthropic.safeParse(body).success, 'valid Anthropic request')
   const turn = body.messages[1]
   t.equal(turn.role, 'assistant')
@@ -61,14 +61,14 @@ t.test('Responses client on Anthropic: a replayed thinking envelope is restored 
 
 t.test('Responses client on Anthropic: redacted thinking restored as redacted_thinking', async t => {
   const env = wrapOpaque(anthropicThinkingOpaque(CLAUDE, { type: 'redacted_thinking', data: ENCRYPTED }))
-  const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
+  const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
   t.same(body.messages[1].content[0], { type: 'redacted_thinking', data: ENCRYPTED })
   t.ok(body.thinking !== undefined)
 })
 
 t.test('an envelope from another issuer is dropped, and thinking turned off for the tool turn', async t => {
   const env = wrapOpaque(anthropicThinkingOpaque(issuerOf('anthropic', 'other-account'), { type: 'thinking', thinking: THINKING, signature: SIGNATURE }))
-  const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
+  const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: codexReplay(env), model: 'claude-x', issuer: CLAUDE })
   t.ok(shapes.anthropic.safeParse(body).success)
   const text = JSON.stringify(body)
   t.notOk(text.includes(JSON.stringify(SIGNATURE).slice(1, -1)), 'the foreign signature is not sent')
@@ -79,7 +79,7 @@ t.test('an envelope from another issuer is dropped, and thinking turned off for 
 
 t.test('a damaged envelope or a raw provider blob is dropped', async t => {
   for (const blob of [wrapOpaque({ issuer: CLAUDE, data: 'garbage' }), 'sluice1.%%%', ENCRYPTED]) {
-    const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: codexReplay(blob), model: 'claude-x', issuer: CLAUDE })
+    const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: codexReplay(blob), model: 'claude-x', issuer: CLAUDE })
     t.same(body.messages[1].content.map((b: Json) => b.type), ['tool_use'], JSON.stringify(blob).slice(0, 30))
   }
 })
@@ -87,7 +87,7 @@ t.test('a damaged envelope or a raw provider blob is dropped', async t => {
 t.test('thinking on without a tool turn in the loop: enabled; a new user message ends the loop', async t => {
   const req = codexReplay('x')
   req.input.push({ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'and now?' }] })
-  const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: req, model: 'claude-x', issuer: CLAUDE })
+  const { body } = translate({ from: 'openai-responses', to: 'anthropic', body: req, model: 'claude-x', issuer: CLAUDE })
   t.same(body.thinking, { type: 'enabled', budget_tokens: 16384 }, 'earlier tool turns need no block')
   t.same(body.messages.map((m: Json) => m.role), ['user', 'assistant', 'user'], 'the results and the new text share one user turn')
   t.same(body.messages[2].content.map((b: Json) => b.type), ['tool_result', 'text'])
@@ -112,7 +112,7 @@ function claudeReplay (signature: string, redacted = false): Json {
 
 t.test('Claude client on Responses: a replayed signature envelope becomes the reasoning item, byte-exact', async t => {
   const env = wrapOpaque(openaiReasoningOpaque(OPENAI, { id: 'rs_abc', encrypted_content: ENCRYPTED }))
-  const { body } = translateRequest({ from: 'anthropic', to: 'openai-responses', body: claudeReplay(env), model: 'gpt-x', issuer: OPENAI })
+  const { body } = translate({ from: 'anthropic', to: 'openai-responses', body: claudeReplay(env), model: 'gpt-x', issuer: OPENAI })
   t.ok(shapes['openai-responses'].safeParse(body).success, 'valid Responses request')
   t.same(body.input.map((i: Json) => i.type), ['message', 'reasoning', 'function_call', 'function_call_output'])
   t.same(body.input[1], { type: 'reasoning', id: 'rs_abc', summary: [], encrypted_content: ENCRYPTED })
@@ -123,14 +123,14 @@ t.test('Claude client on Responses: a replayed signature envelope becomes the re
 
 t.test('Claude client on Responses: the envelope in redacted_thinking data is restored too', async t => {
   const env = wrapOpaque(openaiReasoningOpaque(OPENAI, { encrypted_content: ENCRYPTED }))
-  const { body } = translateRequest({ from: 'anthropic', to: 'openai-responses', body: claudeReplay(env, true), model: 'gpt-x', issuer: OPENAI })
+  const { body } = translate({ from: 'anthropic', to: 'openai-responses', body: claudeReplay(env, true), model: 'gpt-x', issuer: OPENAI })
   t.same(body.input[1], { type: 'reasoning', summary: [], encrypted_content: ENCRYPTED })
 })
 
 t.test('Claude client: another issuer\'s envelope, or Anthropic\'s own signature, is never sent', async t => {
   for (const sig of [wrapOpaque(openaiReasoningOpaque(issuerOf('openai-responses', 'elsewhere'), { encrypted_content: ENCRYPTED })), 'EqMockSignature==']) {
     for (const to of ['openai-responses', 'openai-chat'] as const) {
-      const { body } = translateRequest({ from: 'anthropic', to, body: claudeReplay(sig), model: 'gpt-x', issuer: to === 'openai-responses' ? OPENAI : issuerOf('openai-chat', 'oa') })
+      const { body } = translate({ from: 'anthropic', to, body: claudeReplay(sig), model: 'gpt-x', issuer: to === 'openai-responses' ? OPENAI : issuerOf('openai-chat', 'oa') })
       const text = JSON.stringify(body)
       t.notOk(text.includes('gAAAAABo'), `${to}: no foreign encrypted content`)
       t.notOk(text.includes('EqMockSignature'), `${to}: no Anthropic signature`)
@@ -143,22 +143,22 @@ t.test('Claude client: another issuer\'s envelope, or Anthropic\'s own signature
 t.test('Chat providers never get reasoning back: an envelope for a Chat issuer is dropped as well', async t => {
   const chatIssuer = issuerOf('openai-chat', 'oa')
   const env = wrapOpaque(openaiReasoningOpaque(chatIssuer, { encrypted_content: ENCRYPTED }))
-  const { body } = translateRequest({ from: 'anthropic', to: 'openai-chat', body: claudeReplay(env), model: 'gpt-x', issuer: chatIssuer })
+  const { body } = translate({ from: 'anthropic', to: 'openai-chat', body: claudeReplay(env), model: 'gpt-x', issuer: chatIssuer })
   t.same(body.messages[1], { role: 'assistant', content: null, tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'Bash', arguments: '{"command":"ls"}' } }] })
   t.equal(body.reasoning_effort, 'low')
 })
 
 t.test('Anthropic thinking with a forced tool or a tiny max_tokens: thinking off (Anthropic refuses both)', async t => {
   const forced = { model: 'm', input: 'hi', reasoning: { effort: 'medium' }, tool_choice: 'required', tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }] }
-  const a = translateRequest({ from: 'openai-responses', to: 'anthropic', body: forced, model: 'c', issuer: CLAUDE })
+  const a = translate({ from: 'openai-responses', to: 'anthropic', body: forced, model: 'c', issuer: CLAUDE })
   t.equal(a.body.thinking, undefined)
   t.same(a.body.tool_choice, { type: 'any' })
   const tiny = { model: 'm', input: 'hi', reasoning: { effort: 'high' }, max_output_tokens: 900, temperature: 0.2 }
-  const b = translateRequest({ from: 'openai-responses', to: 'anthropic', body: tiny, model: 'c', issuer: CLAUDE })
+  const b = translate({ from: 'openai-responses', to: 'anthropic', body: tiny, model: 'c', issuer: CLAUDE })
   t.equal(b.body.thinking, undefined, 'a budget under 1024 is no thinking')
   t.equal(b.body.max_tokens, 900)
   t.equal(b.body.temperature, 0.2, 'temperature kept when thinking is off')
-  const capped = translateRequest({ from: 'openai-responses', to: 'anthropic', body: { ...tiny, max_output_tokens: 5000 }, model: 'c', issuer: CLAUDE })
+  const capped = translate({ from: 'openai-responses', to: 'anthropic', body: { ...tiny, max_output_tokens: 5000 }, model: 'c', issuer: CLAUDE })
   t.same(capped.body.thinking, { type: 'enabled', budget_tokens: 4999 }, 'the budget is capped below max_tokens')
   t.equal(capped.body.temperature, undefined, 'no temperature with thinking')
   t.ok(shapes.anthropic.safeParse(capped.body).success)
