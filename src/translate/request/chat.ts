@@ -26,14 +26,19 @@
 //   - reasoning parts are dropped: Chat has no way to send them back (no issuer is ours);
 //   - custom tools become functions with one `input` string parameter, tool_search a function;
 //     hosted tools are dropped and listed (Chat has no server tools);
-//   - max tokens as `max_completion_tokens`; streaming asks for `stream_options.include_usage`.
+//   - max tokens as `max_completion_tokens`; streaming asks for `stream_options.include_usage`;
+//   - a history call id over 40 characters (or with characters outside [a-zA-Z0-9_-]) is
+//     rewritten the same way in the call and its tool message (common.ts providerCallId).
 
 import type { CanonicalRequest, OutputFormat, Part, ToolCall, ToolChoice, ToolDef, ToolKind, ToolOutput } from '../canonical.ts'
 import { wireNameOf } from '../names.ts'
 import {
   arr, customArguments, customToolSchema, effortForBudget, imageFromUrl, imageUrl, invalid, isObj, normaliseTurns, obj,
-  optBool, optNum, optStr, outputImages, outputText, str, type EncodeContext, type Json,
+  optBool, optNum, optStr, outputImages, outputText, providerCallId, str, type EncodeContext, type Json,
 } from './common.ts'
+
+/** OpenAI refuses longer tool_call ids (common.ts providerCallId). */
+const CALL_ID_MAX = 40
 
 // ─── decode ────────────────────────────────────────────────────────────────────────────
 
@@ -183,7 +188,7 @@ export function encodeChatRequest (req: CanonicalRequest, ctx: EncodeContext): J
     const images: Json[] = []
     for (const p of m.parts) {
       if (p.type === 'tool_result') {
-        messages.push({ role: 'tool', tool_call_id: p.callId, content: outputText(p.output) })
+        messages.push({ role: 'tool', tool_call_id: providerCallId(p.callId, CALL_ID_MAX), content: outputText(p.output) })
         for (const img of outputImages(p.output)) images.push({ type: 'image_url', image_url: { url: imageUrl(img) } })
       } else if (p.type === 'text') content.push({ type: 'text', text: p.text })
       else if (p.type === 'image') content.push({ type: 'image_url', image_url: { url: imageUrl(p.source), ...(p.detail !== undefined ? { detail: p.detail } : {}) } })
@@ -233,7 +238,7 @@ export function encodeChatRequest (req: CanonicalRequest, ctx: EncodeContext): J
 
 function encodeCall (c: ToolCall): Json {
   const args = c.kind === 'custom' ? customArguments(c.arguments) : c.arguments === '' ? '{}' : c.arguments
-  return { id: c.callId, type: 'function', function: { name: wireNameOf(c.name, c.namespace), arguments: args } }
+  return { id: providerCallId(c.callId, CALL_ID_MAX), type: 'function', function: { name: wireNameOf(c.name, c.namespace), arguments: args } }
 }
 
 function encodeChoice (c: ToolChoice): unknown {

@@ -3,6 +3,7 @@
 // the custom-tool parameter schema, and the turn normalisation that puts every tool result
 // right after the assistant message that called it.
 
+import { createHash } from 'node:crypto'
 import { SluiceError } from '../../errors.ts'
 import type { ImageSource, Message, Part, Protocol, ToolOutput } from '../canonical.ts'
 
@@ -139,6 +140,18 @@ export function outputImages (o: ToolOutput): ImageSource[] {
   const images: ImageSource[] = []
   for (const p of o) if (p.type === 'image') images.push(p.source)
   return images
+}
+
+/**
+ * A history call id in the form a provider accepts (Anthropic: ^[a-zA-Z0-9_-]+$; OpenAI Chat:
+ * at most 40 characters). A valid id is unchanged; another is sanitised and suffixed with a hash
+ * of the original, so distinct ids stay distinct. The same function rewrites a call and its
+ * result, so they still pair; the provider never sends these ids back (its answer has new ones).
+ */
+export function providerCallId (id: string, max: number): string {
+  if (id.length <= max && /^[a-zA-Z0-9_-]+$/.test(id)) return id
+  const suffix = '_' + createHash('sha256').update(id, 'utf8').digest('hex').slice(0, 12)
+  return id.replace(/[^a-zA-Z0-9_-]/g, '_').slice(0, max - suffix.length) + suffix
 }
 
 /** JSON arguments as the object Anthropic's tool_use.input needs. */

@@ -30,7 +30,8 @@
 //     (newer models refuse both);
 //   - leading system / developer messages join `system`; later ones stay `role: 'system'` messages;
 //   - tool results go first in the user message right after their tool_use; consecutive same-role
-//     messages are merged; empty text blocks are left out;
+//     messages are merged; empty text blocks are left out; a history call id outside
+//     ^[a-zA-Z0-9_-]+$ is rewritten the same way in the call and its result (common.ts);
 //   - custom tools get one `input` string parameter, tool_search is a function; web_search maps to
 //     web_search_20250305, other hosted tools are dropped and listed;
 //   - structured output: json_schema -> output_config.format; json_object is refused naming the field.
@@ -42,10 +43,12 @@ import { parseAnthropicThinkingOpaque } from '../reasoning.ts'
 import { mapHosted } from './hosted.ts'
 import {
   arr, argumentsObject, budgetForEffort, customToolSchema, imageFromUrl, invalid, isObj, MIN_THINKING_BUDGET, normaliseTurns,
-  obj, optBool, optNum, optStr, str, type EncodeContext, type Json,
+  obj, optBool, optNum, optStr, providerCallId, str, type EncodeContext, type Json,
 } from './common.ts'
 
 export const DEFAULT_MAX_TOKENS = 8192
+/** tool_use ids: ^[a-zA-Z0-9_-]+$ (kept short; common.ts providerCallId). */
+const CALL_ID_MAX = 64
 
 // ─── decode ────────────────────────────────────────────────────────────────────────────
 
@@ -255,10 +258,11 @@ function encodePart (p: Part, ctx: EncodeContext, keepThinking: boolean): Json |
     }
     case 'tool_call': return encodeCall(p.call)
     case 'tool_result': {
-      const content = typeof p.output === 'string'
-        ? p.output
-        : p.output.map(o => o.type === 'text' ? { type: 'text', text: o.text } : { type: 'image', source: encodeImage(o.source) })
-      const out: Json = { type: 'tool_result', tool_use_id: p.callId, content }
+      const blocks = typeof p.output === 'string'
+        ? []
+        : p.output.filter(o => o.type !== 'text' || o.text !== '').map(o => o.type === 'text' ? { type: 'text', text: o.text } : { type: 'image', source: encodeImage(o.source) })
+      const content = typeof p.output === 'string' ? p.output : blocks.length > 0 ? blocks : ''
+      const out: Json = { type: 'tool_result', tool_use_id: providerCallId(p.callId, CALL_ID_MAX), content }
       if (p.isError === true) out.is_error = true
       return out
     }
@@ -267,7 +271,7 @@ function encodePart (p: Part, ctx: EncodeContext, keepThinking: boolean): Json |
 
 function encodeCall (c: ToolCall): Json {
   const input = c.kind === 'custom' ? { input: c.arguments } : argumentsObject(c.arguments, `tool call ${c.callId}`)
-  return { type: 'tool_use', id: c.callId, name: wireNameOf(c.name, c.namespace), input }
+  return { type: 'tool_use', id: providerCallId(c.callId, CALL_ID_MAX), name: wireNameOf(c.name, c.namespace), input }
 }
 
 function encodeImage (s: ImageSource): Json {

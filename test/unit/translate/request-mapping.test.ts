@@ -286,3 +286,27 @@ t.test('malformed bodies are refused naming the field, never a crash', async t =
   const e = thrown(() => translateRequest({ from: 'anthropic', to: 'anthropic', body: {}, model: 'm', issuer: 'x' }))
   t.equal(e.code, 'internal_error', 'a same-protocol route never translates')
 })
+
+t.test('history call ids a provider would refuse: rewritten alike in call and result, still distinct', async t => {
+  const chat = {
+    model: 'm',
+    messages: [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'functions.f:0', type: 'function', function: { name: 'f', arguments: '{}' } }, { id: 'functions.f:1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'functions.f:0', content: 'a' },
+      { role: 'tool', tool_call_id: 'functions.f:1', content: [{ type: 'text', text: '' }] },
+    ],
+    tools: [chatTool],
+  }
+  const a = go(t, 'openai-chat', 'anthropic', chat).body
+  const ids = a.messages[1].content.map((b: Json) => b.id)
+  t.equal(new Set(ids).size, 2, `distinct: ${ids.join(' ')}`)
+  t.same(a.messages[2].content.map((b: Json) => b.tool_use_id), ids)
+  t.equal(a.messages[2].content[1].content, '', 'an empty text output is an empty string, not an empty text block')
+  const long = 'toolu_' + 'x'.repeat(60)
+  const anth = { model: 'm', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: [{ type: 'tool_use', id: long, name: 'f', input: {} }] }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: long, content: 'ok' }] }], tools: [anthTool] }
+  const c = go(t, 'anthropic', 'openai-chat', anth).body
+  t.ok(c.messages[1].tool_calls[0].id.length <= 40, c.messages[1].tool_calls[0].id)
+  t.equal(c.messages[2].tool_call_id, c.messages[1].tool_calls[0].id)
+  t.equal(go(t, 'anthropic', 'openai-responses', anth).body.input[1].call_id, long, 'Responses takes it as it is')
+})

@@ -10,12 +10,12 @@ const text = z.strictObject({ type: z.literal('text'), text: z.string().min(1) }
 // ─── Chat Completions ──────────────────────────────────────────────────────────────────
 
 const chatImage = z.strictObject({ type: z.literal('image_url'), image_url: z.strictObject({ url: z.string(), detail: z.string().optional() }) })
-const chatToolCall = z.strictObject({ id: z.string().min(1), type: z.literal('function'), function: z.strictObject({ name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/), arguments: z.string() }) })
+const chatToolCall = z.strictObject({ id: z.string().min(1).max(40), type: z.literal('function'), function: z.strictObject({ name: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/), arguments: z.string() }) })
 const chatMessage = z.discriminatedUnion('role', [
   z.strictObject({ role: z.literal('system'), content: z.string() }),
   z.strictObject({ role: z.literal('user'), content: z.union([z.string(), z.array(z.union([text, chatImage])).min(1)]) }),
   z.strictObject({ role: z.literal('assistant'), content: z.string().nullable(), tool_calls: z.array(chatToolCall).min(1).optional() }),
-  z.strictObject({ role: z.literal('tool'), tool_call_id: z.string().min(1), content: z.string() }),
+  z.strictObject({ role: z.literal('tool'), tool_call_id: z.string().min(1).max(40), content: z.string() }),
 ])
 export const chatRequest = z.strictObject({
   model: z.string(),
@@ -90,7 +90,7 @@ const thinking = z.strictObject({ type: z.literal('thinking'), thinking: z.strin
 const redacted = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() })
 const toolResult = z.strictObject({
   type: z.literal('tool_result'),
-  tool_use_id: z.string(),
+  tool_use_id: z.string().regex(/^[a-zA-Z0-9_-]+$/),
   content: z.union([z.string(), z.array(z.union([text, anthropicImage]))]),
   is_error: z.literal(true).optional(),
 })
