@@ -195,8 +195,10 @@ export function encodeChatRequest (req: CanonicalRequest, ctx: EncodeContext): J
     }
     if (images.length > 0) messages.push({ role: 'user', content: [{ type: 'text', text: 'Images returned by the tool calls above:' }, ...images] })
     if (content.length === 0) continue
-    if (m.role !== 'user') messages.push({ role: 'system', content: content.map(c => c.text as string).join('\n\n') })
-    else messages.push({ role: 'user', content: content.length === 1 && content[0].type === 'text' ? content[0].text : content })
+    if (m.role !== 'user') {
+      const text = content.filter(c => c.type === 'text').map(c => c.text as string).join('\n\n')
+      if (text !== '') messages.push({ role: 'system', content: text }) // a system message holds text only
+    } else messages.push({ role: 'user', content: content.length === 1 && content[0].type === 'text' ? content[0].text : content })
   }
   const body: Json = { model: ctx.model, messages }
   const tools: Json[] = []

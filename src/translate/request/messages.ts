@@ -236,6 +236,7 @@ function encodeTurns (turns: Message[], ctx: EncodeContext, keepThinking: boolea
     const role = m.role === 'developer' ? 'system' : m.role
     const content: Json[] = []
     for (const p of m.parts) {
+      if (role === 'system' && p.type !== 'text') continue // a system message holds text only
       const b = encodePart(p, ctx, keepThinking)
       if (b !== null) content.push(b)
     }

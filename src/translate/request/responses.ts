@@ -262,7 +262,9 @@ export function encodeResponsesRequest (req: CanonicalRequest, ctx: EncodeContex
   for (const m of normaliseTurns(req.messages, req.client)) {
     if (m.role === 'assistant') {
       for (const p of m.parts) {
-        if (p.type === 'text') input.push({ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: p.text, annotations: [] }] })
+        if (p.type === 'text') {
+          if (p.text !== '') input.push({ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: p.text, annotations: [] }] })
+        }
         else if (p.type === 'tool_call') input.push(encodeCall(p.call))
         else if (p.type === 'reasoning') {
           const r = p.opaque !== undefined && p.opaque.issuer === ctx.issuer ? parseOpenaiReasoningOpaque(p.opaque.data) : null
