@@ -223,7 +223,7 @@ export function encodeChatRequest (req: CanonicalRequest, ctx: EncodeContext): J
   if (req.topP !== undefined) body.top_p = req.topP
   if (req.stop !== undefined && req.stop.length > 0) body.stop = req.stop
   const r = req.reasoning
-  if (r !== undefined) {
+  if (r !== undefined && ctx.reasoning !== false) {
     const effort = r.enabled ? r.effort ?? (r.budgetTokens !== undefined ? effortForBudget(r.budgetTokens) : undefined) : r.effort === 'none' ? 'none' : undefined
     if (effort !== undefined) body.reasoning_effort = effort
   }

@@ -14,6 +14,12 @@ export interface EncodeContext {
   /** `issuerOf(provider protocol, provider name)`: only envelopes from this issuer are restored. */
   issuer: string
   stream: boolean
+  /**
+   * Whether the provider's model takes reasoning parameters (default true). False: no
+   * reasoning / reasoning_effort / thinking / include is sent and no reasoning is replayed —
+   * a model without reasoning refuses those fields. (Not yet a config field: the caller decides.)
+   */
+  reasoning?: boolean
 }
 
 export type Json = Record<string, unknown>

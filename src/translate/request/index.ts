@@ -6,6 +6,7 @@
 //     to     the provider's protocol
 //     model  the provider's own model name (what goes in the provider body)
 //     issuer issuerOf(to, provider name): only reasoning envelopes from it are restored
+//     reasoning  false when the provider's model takes no reasoning parameters (default true)
 //   -> { body, request }: request.droppedTools lists hosted tools left out (header, log, trace)
 //
 // Refusals are SluiceErrors with catalogue codes: invalid_request (400, naming the field) for a
@@ -41,11 +42,17 @@ export interface TranslateRequestInput {
   body: unknown
   model: string
   issuer: string
+  /** The provider's model takes reasoning parameters (default true; see EncodeContext). */
+  reasoning?: boolean
 }
 
 export function decodeRequest (from: Protocol, body: unknown): CanonicalRequest {
   const req = decoders[from](body)
-  toolLookup(req.tools) // refuses colliding wire names before anything is sent
+  const lookup = toolLookup(req.tools) // refuses colliding wire names before anything is sent
+  const choice = req.toolChoice
+  if (choice?.type === 'tool' && !lookup.has(choice.wireName)) {
+    throw new SluiceError('invalid_request', { field: 'tool_choice' }, `tool_choice: names a tool the request does not declare ("${choice.wireName}")`)
+  }
   return req
 }
 
@@ -54,6 +61,8 @@ export function translateRequest (input: TranslateRequestInput): { body: Json; r
     throw new SluiceError('internal_error', { from: input.from, to: input.to }, 'a same-protocol route is relayed byte-exact, never translated')
   }
   const request = decodeRequest(input.from, input.body)
-  const body = encoders[input.to](request, { model: input.model, issuer: input.issuer, stream: request.stream })
+  const ctx: EncodeContext = { model: input.model, issuer: input.issuer, stream: request.stream }
+  if (input.reasoning !== undefined) ctx.reasoning = input.reasoning
+  const body = encoders[input.to](request, ctx)
   return { body, request }
 }

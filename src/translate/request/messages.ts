@@ -196,7 +196,7 @@ export function encodeMessagesRequest (req: CanonicalRequest, ctx: EncodeContext
   // thinking: wanted, affordable, not against a forced tool, and every tool turn of the loop starts with our block
   const r = req.reasoning
   const forced = req.toolChoice?.type === 'required' || req.toolChoice?.type === 'tool'
-  let budget = r !== undefined && r.enabled && !forced ? (r.budgetTokens ?? budgetForEffort(r.effort)) : 0
+  let budget = r !== undefined && r.enabled && !forced && ctx.reasoning !== false ? (r.budgetTokens ?? budgetForEffort(r.effort)) : 0
   if (req.maxOutputTokens !== undefined && budget >= req.maxOutputTokens) budget = req.maxOutputTokens - 1
   let messages = encodeTurns(rest, ctx, budget >= MIN_THINKING_BUDGET)
   if (budget >= MIN_THINKING_BUDGET && !toolLoopHasThinking(messages)) budget = 0

@@ -267,7 +267,7 @@ export function encodeResponsesRequest (req: CanonicalRequest, ctx: EncodeContex
         }
         else if (p.type === 'tool_call') input.push(encodeCall(p.call))
         else if (p.type === 'reasoning') {
-          const r = p.opaque !== undefined && p.opaque.issuer === ctx.issuer ? parseOpenaiReasoningOpaque(p.opaque.data) : null
+          const r = ctx.reasoning !== false && p.opaque !== undefined && p.opaque.issuer === ctx.issuer ? parseOpenaiReasoningOpaque(p.opaque.data) : null
           if (r === null) continue // another issuer's blob (or none): never sent
           replayed = true
           const item: Json = { type: 'reasoning' }
@@ -309,7 +309,7 @@ export function encodeResponsesRequest (req: CanonicalRequest, ctx: EncodeContex
   if (req.temperature !== undefined) body.temperature = req.temperature
   if (req.topP !== undefined) body.top_p = req.topP
   if (req.stop !== undefined && req.stop.length > 0) throw invalid(req.client === 'anthropic' ? 'stop_sequences' : 'stop', 'the provider (Responses protocol) has no stop sequences')
-  const reasoning = req.reasoning
+  const reasoning = ctx.reasoning === false ? undefined : req.reasoning
   if (reasoning !== undefined && reasoning.enabled) {
     const effort = reasoning.effort ?? (reasoning.budgetTokens !== undefined ? effortForBudget(reasoning.budgetTokens) : undefined)
     body.reasoning = { ...(effort !== undefined ? { effort } : {}), summary: reasoning.summary ?? 'auto' }

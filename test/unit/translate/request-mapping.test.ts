@@ -310,3 +310,25 @@ t.test('history call ids a provider would refuse: rewritten alike in call and re
   t.equal(c.messages[2].tool_call_id, c.messages[1].tool_calls[0].id)
   t.equal(go(t, 'anthropic', 'openai-responses', anth).body.input[1].call_id, long, 'Responses takes it as it is')
 })
+
+t.test('tool_choice naming a tool the request does not declare: refused naming tool_choice', async t => {
+  refused(t, 'openai-chat', 'anthropic', { model: 'm', messages: [{ role: 'user', content: 'hi' }], tools: [chatTool], tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice')
+  refused(t, 'anthropic', 'openai-responses', { model: 'm', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], tool_choice: { type: 'tool', name: 'f' } }, 'tool_choice')
+})
+
+t.test('a provider model without reasoning (reasoning: false): no reasoning field of any kind is sent', async t => {
+  const run = (from: Protocol, to: Protocol, body: Json): Json => {
+    const r = translateRequest({ from, to, body, model: 'prov', issuer: `${to}:p`, reasoning: false }).body as Json
+    t.ok(shapes[to].safeParse(r).success, `${from} -> ${to}: provider shape`)
+    return r
+  }
+  const anth = { model: 'm', max_tokens: 5000, thinking: { type: 'enabled', budget_tokens: 2048 }, messages: [{ role: 'user', content: 'hi' }] }
+  for (const [from, to, body] of [
+    ['anthropic', 'openai-chat', anth], ['anthropic', 'openai-responses', anth],
+    ['openai-chat', 'anthropic', { model: 'm', messages: [{ role: 'user', content: 'hi' }], reasoning_effort: 'high' }],
+    ['openai-responses', 'anthropic', { model: 'm', input: 'hi', reasoning: { effort: 'high' } }],
+  ] as Array<[Protocol, Protocol, Json]>) {
+    const b = run(from, to, body)
+    for (const f of ['reasoning', 'reasoning_effort', 'thinking', 'include']) t.equal(b[f], undefined, `${from} -> ${to}: no ${f}`)
+  }
+})
