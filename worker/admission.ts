@@ -1,4 +1,4 @@
-// Admission of one exchange, before its body is read: drain check, heap check, exchange gate.
+// The exchange gate of one exchange, before its body is read: drain check, heap check, permit.
 //
 // The heap check reads this worker's own V8 heap against its fixed limit (resourceLimits):
 // above `workerHeapAdmitFraction` of the limit the exchange is refused with
@@ -8,7 +8,7 @@ import { getHeapStatistics } from 'node:v8'
 import { SluiceError } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Limits } from '../src/config/schema.ts'
-import { Holdings, type Party } from './holdings.ts'
+import type { ExchangeScope } from './scope.ts'
 
 export interface HeapFigures { used: number; limit: number; external: number }
 
@@ -37,17 +37,14 @@ export class Admission {
   }
 
   /**
-   * Takes an exchange permit for a new exchange, or throws the refusal. The returned
-   * Holdings owns the permit; it is released once every party in `parties` has settled.
-   * An exchange accepted earlier (non-blocking, JSON-RPC) passes the Holdings that already
-   * owns its body bytes.
+   * Takes an exchange permit (FIFO, body unread) into `scope`, or throws the refusal. Drain and
+   * heap are checked again here: an exchange may have waited in its session lane since it was
+   * accepted.
    */
-  async admit (signal: AbortSignal, parties: readonly Party[], onQueued?: () => void, holdings?: Holdings): Promise<Holdings> {
+  async admit (scope: ExchangeScope, signal: AbortSignal, onQueued?: () => void): Promise<void> {
     if (this.ledger.draining) throw new SluiceError('shutting_down')
     this.checkHeap()
     await this.ledger.exchange.acquire({ signal, onQueued, deadline: Date.now() + this.limits.queueWaitMs })
-    const h = holdings ?? new Holdings(this.ledger, parties)
-    h.tookExchange()
-    return h
+    scope.tookExchange()
   }
 }

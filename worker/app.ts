@@ -10,20 +10,22 @@ import { Router } from '../src/routing.ts'
 import { ParserPool } from '../src/json/pool.ts'
 import { Admission } from './admission.ts'
 import { Authenticator } from './auth.ts'
-import { Signer } from './relay.ts'
+import { Signer } from '../src/sse/sign.ts'
 import { registerRoutes } from './routes.ts'
 import { registerTestHooks } from './test-hooks.ts'
 import { TurnPins } from './turns.ts'
-import { SessionLanes } from './sessions.ts'
-import { Background, registerSessionRoutes, type SessionDeps } from './session-routes.ts'
+import { Background } from './background.ts'
+import type { ExchangeDeps } from './deps.ts'
+import { registerEventStream, SessionEvents } from './event-stream.ts'
+import { registerNonBlocking } from './nonblocking.ts'
+import { refuseReply } from './reply.ts'
 import { registerRpc } from './rpc.ts'
 import { EventRing } from '../src/events/ring.ts'
-import { capabilities } from '../src/capabilities.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
 import { Upstreams } from './upstream.ts'
 import { missingHost, onCheckExpectation, onClientError } from './framing.ts'
-import { MAX_SESSION_ID } from './sessions.ts'
+import { MAX_SESSION_ID } from './session-id.ts'
 
 export interface AppDeps {
   config: Config
@@ -39,7 +41,7 @@ export interface AppDeps {
 export interface App {
   fastify: FastifyInstance
   admission: Admission
-  exchange: SessionDeps
+  exchange: ExchangeDeps
   /** Closes what the app owns beyond fastify: upstream pools, the parser pool. */
   close (): Promise<void>
 }
@@ -82,7 +84,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
         : code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? new SluiceError('invalid_request', { field: 'path', reason: `a session id is 1 to ${MAX_SESSION_ID} printable characters` }, 'invalid session id in path')
           : SluiceError.from(err)
-      sendError(deps.ledger, reply, se)
+      refuseReply(deps.ledger, reply, se)
     },
     clientErrorHandler: (err, socket) => onClientError(deps.ledger, { headersTimeoutMs: deps.config.limits.headersTimeoutMs, maxHeaderBytes: maxHeaderSize }, err, socket),
   })
@@ -91,11 +93,11 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     const err = missingHost(req.raw)
     if (err === null) { done(); return }
     reply.header('connection', 'close')
-    sendError(deps.ledger, reply, err)
+    refuseReply(deps.ledger, reply, err)
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
   const limits = deps.config.limits
-  const exchange: SessionDeps = {
+  const exchange: ExchangeDeps = {
     config: deps.config,
     ledger: deps.ledger,
     admission,
@@ -104,7 +106,6 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     upstreams: new Upstreams(deps.config.upstream),
     parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
     turns: new TurnPins(deps.ledger),
-    sessions: new SessionLanes(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
     background: new Background(),
     tracing,
@@ -125,24 +126,16 @@ export async function buildApp (deps: AppDeps): Promise<App> {
           : e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
             ? new SluiceError('invalid_request', { header: 'content-type', reason: 'not a media type (type/subtype)' }, 'the Content-Type header is malformed')
             : SluiceError.from(err)
-    sendError(deps.ledger, reply, se)
+    refuseReply(deps.ledger, reply, se)
   })
   fastify.setNotFoundHandler((_req, reply) => {
-    sendError(deps.ledger, reply, new SluiceError('not_found'))
+    refuseReply(deps.ledger, reply, new SluiceError('not_found'))
   })
 
   registerRoutes(fastify, exchange)
-  registerSessionRoutes(fastify, exchange)
+  registerNonBlocking(fastify, exchange, new SessionEvents(exchange.ring))
+  registerEventStream(fastify, exchange)
   registerRpc(fastify, exchange)
-  fastify.get('/v1/capabilities', (req, reply) => {
-    try {
-      exchange.auth.authenticate(req.headers)
-    } catch (err) {
-      sendError(deps.ledger, reply, SluiceError.from(err))
-      return reply
-    }
-    return reply.send(capabilities(deps.config, VERSION))
-  })
   // Background exchanges finish (their events still reach subscribers), then the long-lived
   // event streams end: closing the server would otherwise wait for them forever.
   fastify.addHook('preClose', async () => { await exchange.background.close() })
@@ -157,13 +150,4 @@ export async function buildApp (deps: AppDeps): Promise<App> {
       await Promise.all([exchange.upstreams.close(), exchange.parser.close(), tracing?.shutdown()])
     },
   }
-}
-
-/** The one refusal path: catalogue status, `Retry-After` where a retry can help, counted. */
-export function sendError (ledger: Ledger, reply: FastifyReply, err: SluiceError): void {
-  ledger.countRefusal(err.code)
-  if (reply.sent || reply.raw.headersSent) return
-  // A body still in the socket is not drained: the connection closes after the answer.
-  const close: Record<string, string> = reply.request.raw.complete ? {} : { connection: 'close' }
-  reply.code(err.status).headers({ ...err.headers(), ...close }).type('application/json').send(err.toBody())
 }

@@ -12,7 +12,7 @@
 
 import type { IncomingMessage } from 'node:http'
 import { SluiceError } from '../src/errors.ts'
-import type { Holdings } from './holdings.ts'
+import type { ExchangeScope } from './scope.ts'
 
 export interface BodyLimits {
   readonly maxBodyBytes: number
@@ -20,14 +20,14 @@ export interface BodyLimits {
   readonly bodyReadMs: number
 }
 
-export async function readBody (req: IncomingMessage, holdings: Holdings, limits: BodyLimits, signal: AbortSignal): Promise<Uint8Array> {
+export async function readBody (req: IncomingMessage, scope: ExchangeScope, limits: BodyLimits, signal: AbortSignal): Promise<Uint8Array> {
   const maxBytes = limits.maxBodyBytes
   const declared = req.headers['content-length']
   if (declared !== undefined) {
     const n = Number(declared)
     if (!Number.isSafeInteger(n) || n < 0) throw new SluiceError('invalid_request', { header: 'content-length' }, 'invalid Content-Length')
     if (n > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes, declared: n })
-    holdings.reserve(n)
+    scope.reserve(n)
     const out = new Uint8Array(new ArrayBuffer(n))
     let at = 0
     await pump(req, signal, limits, (chunk) => {
@@ -44,15 +44,15 @@ export async function readBody (req: IncomingMessage, holdings: Holdings, limits
   await pump(req, signal, limits, (chunk) => {
     total += chunk.byteLength
     if (total > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes })
-    holdings.reserve(chunk.byteLength)
+    scope.reserve(chunk.byteLength)
     chunks.push(chunk)
   })
-  holdings.reserve(total)
+  scope.reserve(total)
   const out = new Uint8Array(new ArrayBuffer(total))
   let at = 0
   for (const c of chunks) { out.set(c, at); at += c.byteLength }
   chunks.length = 0
-  holdings.unreserve(total)
+  scope.unreserve(total)
   return out
 }
 

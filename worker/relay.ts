@@ -21,38 +21,13 @@ import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
-import { buildFailureRecord, signRecord, type FailureRecord } from '../src/sse/sign.ts'
-import type { ExchangeDeps, ExchangeRecord, Route } from './exchange.ts'
-import { ROUTE_PROTOCOL } from './exchange.ts'
-import type { Holdings } from './holdings.ts'
+import { ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
+import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
+import { failureRecord } from './reply.ts'
+import type { ExchangeScope } from './scope.ts'
 import { responseHeaders, transportError } from './upstream.ts'
 
 export interface Outcome { code: ErrorCode | 'ok' }
-
-export class Signer {
-  private readonly key: Buffer
-  constructor (key: Buffer) {
-    if (key.length === 0) throw new RangeError('empty signing key')
-    this.key = key
-  }
-
-  sign (record: FailureRecord): string { return signRecord(record, this.key) }
-}
-
-export function failureRecord (err: SluiceError, rec: ExchangeRecord, relayed = { frames: 0, bytes: 0 }, usage: FailureRecord['usage'] = null): FailureRecord {
-  return buildFailureRecord({
-    code: err.code,
-    message: err.message,
-    exchangeId: rec.exchangeId,
-    runId: rec.runId,
-    provider: rec.provider ?? '',
-    model: rec.model ?? '',
-    framesRelayed: relayed.frames,
-    bytesRelayed: relayed.bytes,
-    usage,
-    partial: true,
-  })
-}
 
 interface RelayContext {
   deps: ExchangeDeps
@@ -60,7 +35,7 @@ interface RelayContext {
   route: Route
   up: Dispatcher.ResponseData
   res: ServerResponse
-  holdings: Holdings
+  scope: ExchangeScope
   signal: AbortSignal
 }
 
@@ -77,14 +52,8 @@ async function drained (res: ServerResponse, signal: AbortSignal, stallMs: numbe
   })
 }
 
-/** Takes the parse permit for an inspection: the fast path almost always. */
-async function takeParse (ctx: RelayContext): Promise<void> {
-  if (!ctx.deps.ledger.parse.tryAcquire()) await ctx.deps.ledger.parse.acquire({ signal: ctx.signal })
-  ctx.holdings.tookParse()
-}
-
 export async function relayStream (ctx: RelayContext): Promise<Outcome> {
-  const { deps, rec, up, res, holdings, signal } = ctx
+  const { deps, rec, up, res, scope, signal } = ctx
   const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
   const tracker = new StreamTracker(inspector)
   // Frames found in the chunk being pushed: views into it, processed right after push().
@@ -95,7 +64,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     onOversize: (bytes) => { tracker.oversize(bytes) },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
 
-  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': rec.exchangeId })
+  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': String(rec.exchangeId) })
   let bytesOut = 0
   let framesOut = 0
   let failure: SluiceError | null = null
@@ -137,7 +106,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       let cut = before + chunk.length - framer.partialFrameBytes
       let admitted = 0
       try {
-        holdings.setFloating(framer.bufferedBytes, before + chunk.length + res.writableLength)
+        scope.setFloating(framer.bufferedBytes, before + chunk.length + res.writableLength)
       } catch (err) {
         // No room to hold this chunk: none of it goes out, the stream ends here.
         tracker.fail(SluiceError.from(err).code, 'the stream needed more bytes than the storage budget had')
@@ -146,14 +115,14 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       for (let i = 0; i < frames.length && cut > 0; i++) {
         const wasFailed = failureOf(tracker) !== null
         if (tracker.frame(frames[i], inspector.classify(frames[i]))) {
-          await takeParse(ctx)
-          try {
-            tracker.apply(inspector.inspect(frames[i]))
-          } catch (err) {
-            tracker.inspectFailed(err)
-          } finally {
-            holdings.releaseParse()
-          }
+          const frame = frames[i]
+          await scope.underParse(signal, () => {
+            try {
+              tracker.apply(inspector.inspect(frame))
+            } catch (err) {
+              tracker.inspectFailed(err)
+            }
+          })
         }
         const now = failureOf(tracker)
         if (!wasFailed && now !== null) {
@@ -175,7 +144,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       }
       framesOut += admitted
       // The caller is about to see the stream's terminal event: its session may go on now.
-      if (tracker.closed && failed === null) holdings.releaseLane()
+      if (tracker.closed && failed === null) scope.releaseLane()
       const ok = flush(chunk, cut)
       if (failed !== null) break
       if (!ok) await drained(res, signal, stallMs)
@@ -185,7 +154,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     if (se.code === 'client_stalled') {
       // Nobody is reading: no tail could be delivered. Cut the connection.
       if (!up.body.destroyed) up.body.destroy()
-      holdings.setFloating(0, 0)
+      scope.setFloating(0, 0)
       res.destroy()
       deps.ledger.countRefusal(se.code)
       rec.bytesOut = bytesOut
@@ -214,7 +183,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   } else {
     verdict = tracker.end(failure ? { error: { code: failure.code, message: failure.message } } : {})
   }
-  holdings.setFloating(0, 0)
+  scope.setFloating(0, 0)
   rec.bytesOut = bytesOut
   rec.frames = framesOut
   rec.usage = usageOf(tracker)
@@ -236,7 +205,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   }
   const record = failureRecord(err, rec, { frames: framesOut, bytes: bytesOut }, verdict.usage)
   const tail = inspector.failureTail(record, deps.signer.sign(record), tracker.tailContext())
-  holdings.releaseLane()
+  scope.releaseLane()
   await endResponse(res, tail)
   return { code: err.code }
 }
@@ -251,7 +220,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
  * refusal. An answer over maxOutputBytes (declared or counted) is output_too_large.
  */
 export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
-  const { deps, rec, up, res, holdings, signal } = ctx
+  const { deps, rec, up, res, scope, signal } = ctx
   const limits = deps.config.limits
   const cap = limits.maxOutputBytes
   if (!isJson(up.headers)) {
@@ -261,50 +230,44 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   if (declared !== null && declared > cap) throw tooLarge(cap, declared)
   let body: Buffer
   try {
-    const held = new HeldAnswer(holdings, cap, declared)
+    const held = new HeldAnswer(scope, cap, declared)
     try {
       for await (const data of up.body) held.push(data as Buffer)
     } catch (err) {
       throw err instanceof SluiceError ? err : signal.aborted ? abortCause(signal) : transportError(err, signal)
     }
     const bytes = held.take()
-    await takeParse(ctx)
-    let result
-    try {
-      // The buffer is transferred to the parser thread (zero copy) and comes back.
-      result = await deps.parser.readAnswer({
-        kind: 'answer',
-        body: bytes,
-        protocol: ROUTE_PROTOCOL[ctx.route],
-        limits: { maxDepth: limits.maxJsonDepth, maxNodes: limits.maxJsonNodes },
-      }, { signal })
-    } finally {
-      holdings.releaseParse()
-    }
+    // The buffer is transferred to the parser thread (zero copy) and comes back.
+    const result = await scope.underParse(signal, () => deps.parser.readAnswer({
+      kind: 'answer',
+      body: bytes,
+      protocol: ROUTE_PROTOCOL[ctx.route],
+      limits: { maxDepth: limits.maxJsonDepth, maxNodes: limits.maxJsonNodes },
+    }, { signal }))
     if (!result.ok) throw SluiceError.from(result.error)
     if (signal.aborted) throw abortCause(signal)
     body = Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
     rec.usage = result.usage
   } catch (err) {
-    holdings.setFloating(0, 0)
+    scope.setFloating(0, 0)
     throw err
   }
 
-  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'content-length': String(body.length), 'x-sluice-exchange-id': rec.exchangeId })
+  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'content-length': String(body.length), 'x-sluice-exchange-id': String(rec.exchangeId) })
   let bytesOut = 0
   try {
     // Slices at the client's pace; the last one only after the session's slot is returned:
-    // the caller must not hold the whole answer before that (see Holdings.releaseLane).
+    // the caller must not hold the whole answer before that (see ExchangeScope.releaseLane).
     for (let at = 0; at < body.length; at += ANSWER_SLICE) {
       const slice = body.subarray(at, at + ANSWER_SLICE)
-      if (at + slice.length === body.length) holdings.releaseLane()
+      if (at + slice.length === body.length) scope.releaseLane()
       const ok = res.write(slice)
       bytesOut += slice.length
       if (!ok) await drained(res, signal, limits.clientStallMs)
     }
   } catch (err) {
     const se = signal.aborted ? abortCause(signal) : SluiceError.from(err)
-    holdings.setFloating(0, 0)
+    scope.setFloating(0, 0)
     rec.bytesOut = bytesOut
     rec.partial = true
     // Nobody is reading (client_stalled), or nobody is there (client_closed): cut.
@@ -312,12 +275,12 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     res.destroy()
     return { code: se.code }
   }
-  holdings.releaseLane() // an empty body has no last slice
+  scope.releaseLane() // an empty body has no last slice
   rec.bytesOut = bytesOut
   rec.partial = false
   rec.evidence = true
   await endResponse(res)
-  holdings.setFloating(0, 0)
+  scope.setFloating(0, 0)
   return { code: 'ok' }
 }
 
@@ -332,17 +295,17 @@ const ANSWER_SLICE = 64 * 1024
  * it can be transferred to the parser pool without another copy.
  */
 class HeldAnswer {
-  private readonly holdings: Holdings
+  private readonly scope: ExchangeScope
   private readonly cap: number
   private buf: Buffer | null = null
   private readonly chunks: Buffer[] = []
   private n = 0
 
-  constructor (holdings: Holdings, cap: number, declared: number | null) {
-    this.holdings = holdings
+  constructor (scope: ExchangeScope, cap: number, declared: number | null) {
+    this.scope = scope
     this.cap = cap
     if (declared !== null) {
-      holdings.setFloating(0, declared)
+      scope.setFloating(0, declared)
       this.buf = Buffer.allocUnsafeSlow(declared)
     }
   }
@@ -355,7 +318,7 @@ class HeldAnswer {
       }
       chunk.copy(this.buf, this.n)
     } else {
-      this.holdings.setFloating(0, this.n + chunk.length)
+      this.scope.setFloating(0, this.n + chunk.length)
       this.chunks.push(chunk)
     }
     this.n += chunk.length
@@ -368,12 +331,12 @@ class HeldAnswer {
       if (this.n !== this.buf.length) throw new SluiceError('provider_protocol_error', { reason: 'shorter than its content-length', contentLength: this.buf.length }, 'the provider sent fewer bytes than its content-length')
       return this.buf
     }
-    this.holdings.setFloating(0, 2 * this.n)
+    this.scope.setFloating(0, 2 * this.n)
     const out = Buffer.allocUnsafeSlow(this.n)
     let at = 0
     for (const c of this.chunks) { c.copy(out, at); at += c.length }
     this.chunks.length = 0
-    this.holdings.setFloating(0, this.n)
+    this.scope.setFloating(0, this.n)
     return out
   }
 }

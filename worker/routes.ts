@@ -1,27 +1,33 @@
-// The data-plane routes. Exchange routes take the raw request: the body stays unread until
-// the exchange holds a permit (queued requests keep their bodies in the socket: backpressure).
+// The blocking data-plane routes: the HTTP response carries the exchange's result. Exchange
+// routes take the raw request: the body stays unread until the exchange holds a permit
+// (queued requests keep their bodies in the socket: backpressure).
+//
+//   POST /v1/chat/completions | /v1/responses | /v1/messages | /v1/messages/count_tokens
+//        -> accept (worker/accept.ts) -> runExchange (worker/exchange.ts)
+//   GET  /v1/models, /v1/capabilities (authenticated reads)
 
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
+import { capabilities } from '../src/capabilities.ts'
 import { SluiceError } from '../src/errors.ts'
-import { runExchange, type ExchangeDeps, type Route } from './exchange.ts'
-import { sendError } from './app.ts'
-
-const ROUTES: Array<[string, Route]> = [
-  ['/v1/chat/completions', 'chat'],
-  ['/v1/responses', 'responses'],
-  ['/v1/messages', 'messages'],
-  ['/v1/messages/count_tokens', 'count_tokens'],
-]
+import { ROUTE_PATH, ROUTES, type Route } from '../src/protocols/routes.ts'
+import { VERSION } from '../src/version.ts'
+import { accept } from './accept.ts'
+import { newRecord, runIdentity, type ExchangeDeps } from './deps.ts'
+import { refusedAtTheDoor, runExchange } from './exchange.ts'
+import { refuseReply } from './reply.ts'
+import { sessionIdOf } from './session-id.ts'
 
 export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): void {
   void fastify.register(async (scope) => {
     // No body parsing here: every content type reaches the handler unread.
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined))
-    for (const [path, route] of ROUTES) {
-      scope.post(path, (req, reply) => {
+    for (const route of ROUTES) {
+      scope.post(ROUTE_PATH[route], (req, reply) => {
         reply.hijack()
-        const run = runExchange(deps, route, req.raw, reply.raw)
+        const run = serveBlocking(deps, route, req.raw, reply.raw)
         deps.background.track(run)
         return run
       })
@@ -33,12 +39,43 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
     try {
       key = deps.auth.authenticate(req.headers)
     } catch (err) {
-      sendError(deps.ledger, reply, SluiceError.from(err))
+      refuseReply(deps.ledger, reply, SluiceError.from(err))
       return reply
     }
     const data = deps.router.listModels(key).map((id) => ({ id, object: 'model', created: 0, owned_by: providerOf(deps, id) }))
     return reply.send({ object: 'list', data })
   })
+
+  fastify.get('/v1/capabilities', (req, reply) => {
+    try {
+      deps.auth.authenticate(req.headers)
+    } catch (err) {
+      refuseReply(deps.ledger, reply, SluiceError.from(err))
+      return reply
+    }
+    return reply.send(capabilities(deps.config, VERSION))
+  })
+}
+
+/** One blocking exchange: accepted (or refused at the door), then run to its release. */
+async function serveBlocking (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+  const started = performance.now()
+  const ac = new AbortController()
+  const onClose = (): void => { if (!res.writableFinished) ac.abort() }
+  res.once('close', onClose)
+  const exchangeId = randomUUID()
+  const known: { keyName?: string | null; sessionId?: string | null } = {}
+  let accepted
+  try {
+    accepted = accept(deps, req, { mode: 'blocking', exchangeId, sessionId: () => sessionIdOf(req.headersDistinct), signal: ac.signal, known })
+  } catch (err) {
+    res.off('close', onClose)
+    const rec = newRecord({ exchangeId, runId: runIdentity(req), route, mode: 'blocking', keyName: known.keyName ?? null, sessionId: known.sessionId ?? null })
+    refusedAtTheDoor(deps, req, res, rec, SluiceError.from(err), started)
+    return rec
+  }
+  res.off('close', onClose)
+  return runExchange(deps, accepted, route, req, res)
 }
 
 function providerOf (deps: ExchangeDeps, model: string): string {

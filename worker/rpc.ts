@@ -6,57 +6,31 @@
 //   { jsonrpc: '2.0', id, error: { code, message, data: { errorKind, status, retryAfterSeconds, ...details } } }
 //
 // `data.errorKind` is the catalogue code (prompt_queue_full carries sessionId, limit,
-// pendingCount exactly as the HTTP refusal does). `code` is the JSON-RPC number:
-//   -32700 parse error (invalid_json)          -32600 invalid request (the envelope)
-//   -32601 method not found (not_found)        -32602 invalid params (invalid_request in params)
-//   -32001 local capacity  -32002 caller  -32003 provider  -32603 internal_error
-// The HTTP status of a JSON-RPC answer is 200 (it is a transport); `Retry-After` is still set
-// where a retry can help. The session id is in the params, so the lane check follows the
-// bounded read and parse of the envelope (its bytes reserved); it is still synchronous and
-// before the exchange is counted. Streaming is not offered here (use non-blocking mode).
+// pendingCount exactly as the HTTP refusal does); the numbers are in worker/reply.ts
+// (rpcErrorCode). The HTTP status of a JSON-RPC answer is 200 (it is a transport);
+// `Retry-After` is still set where a retry can help. The session id is in the params, so the
+// envelope is read (bounded, its bytes reserved in the exchange's scope) and parsed before
+// acceptance (worker/accept.ts), which is still synchronous and before the exchange is
+// counted. Streaming is not offered here (use non-blocking mode).
 
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { capabilities } from '../src/capabilities.ts'
-import { SluiceError, abortCause, catalogue } from '../src/errors.ts'
-import type { RpcCall } from '../src/json/prepare.ts'
+import { SluiceError, abortCause } from '../src/errors.ts'
+import type { Route } from '../src/protocols/routes.ts'
 import { VERSION } from '../src/version.ts'
-import { runExchange, runIdentity, type Route } from './exchange.ts'
-import { Holdings } from './holdings.ts'
-import { logRefused, readEnvelope, type SessionDeps } from './session-routes.ts'
-import { closeIfUnread, sendJson } from './reply.ts'
-import { checkSessionId, type LaneTicket } from './sessions.ts'
-import { CollectingSink, sinkResult, type SinkResult } from './sink.ts'
-import type { TurnTicket } from './turns.ts'
+import { accept } from './accept.ts'
+import { newRecord, runIdentity, type ExchangeDeps } from './deps.ts'
+import { readEnvelope, refusedAtTheDoor, runExchange } from './exchange.ts'
+import { cancelInLane } from './lane-ticket.ts'
+import { closeIfUnread, refuse, type RpcId } from './reply.ts'
+import { checkSessionId } from './session-id.ts'
+import { ExchangeScope } from './scope.ts'
+import { CollectingSink, sinkResult, withRawMember } from './sink.ts'
 
 export const RPC_METHODS = ['capabilities', 'session/prompt', 'session/cancel'] as const
 
-export function rpcErrorCode (err: SluiceError): number {
-  if (err.code === 'invalid_json') return -32700
-  if (err.code === 'not_found') return -32601
-  if (err.code === 'invalid_request') {
-    const field = err.details.field
-    return typeof field === 'string' && field.startsWith('params') ? -32602 : -32600
-  }
-  if (err.code === 'internal_error') return -32603
-  return err.side === 'local' ? -32001 : err.side === 'provider' ? -32003 : -32002
-}
-
-export function rpcError (id: RpcCall['id'], err: SluiceError): Record<string, unknown> {
-  const { rpcId: _rpcId, ...details } = err.details
-  return {
-    jsonrpc: '2.0',
-    id,
-    error: {
-      code: rpcErrorCode(err),
-      message: err.message,
-      data: { errorKind: err.code, status: err.status, retryAfterSeconds: err.retryAfterSeconds, ...details },
-    },
-  }
-}
-
-export function registerRpc (fastify: FastifyInstance, deps: SessionDeps): void {
+export function registerRpc (fastify: FastifyInstance, deps: ExchangeDeps): void {
   void fastify.register(async (scope) => {
     scope.removeAllContentTypeParsers()
     scope.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined))
@@ -67,41 +41,42 @@ export function registerRpc (fastify: FastifyInstance, deps: SessionDeps): void 
   })
 }
 
-async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** A JSON-RPC result, written as JSON text (a provider's answer is embedded unparsed). */
+function sendResult (res: ServerResponse, req: IncomingMessage, id: RpcId, resultText: string): void {
+  if (res.headersSent || res.destroyed) return
+  const text = `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":${resultText}}`
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...closeIfUnread(req) })
+  res.end(text)
+}
+
+async function handleRpc (deps: ExchangeDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const started = performance.now()
-  const known: { keyName?: string; sessionId?: string; route?: string } = {}
+  const known: { keyName?: string | null; sessionId?: string | null; route?: Route | null } = {}
   const ac = new AbortController()
   const onClose = (): void => { if (!res.writableFinished) ac.abort() }
   res.once('close', onClose)
-  let id: RpcCall['id'] = null
-  let holdings: Holdings | null = null
-  let lane: LaneTicket | null = null
-  let turn: TurnTicket | null = null
+  let id: RpcId = null
+  // The envelope's bytes are held from the first byte read; acceptance takes this scope over.
+  const scope = new ExchangeScope(deps.ledger)
   let handedOff = false
-  const answer = (value: Record<string, unknown>, err?: SluiceError): void => {
-    if (res.headersSent || res.destroyed) return
-    if (err) deps.ledger.countRefusal(err.code)
-    // An answer before the envelope was read whole (body_timeout, unauthorized) closes the
-    // connection: the rest of that body is never read.
-    sendJson(res, 200, value, { ...(err ? err.headers() : {}), ...closeIfUnread(req) })
-  }
   try {
     const key = deps.auth.authenticate(req.headers)
     known.keyName = key.name
-    holdings = new Holdings(deps.ledger, ['processing', 'upstream', 'http'])
-    const prepared = await readEnvelope(deps, req, holdings, 'rpc', ac.signal)
+    const prepared = await readEnvelope(deps, req, scope, 'rpc', ac.signal)
     const call = prepared.envelope!.rpc!
     id = call.id
     switch (call.method) {
       case 'capabilities':
-        answer({ jsonrpc: '2.0', id, result: capabilities(deps.config, VERSION) })
+        scope.discard()
+        sendResult(res, req, id, JSON.stringify(capabilities(deps.config, VERSION)))
         return
       case 'session/cancel': {
         const sessionId = checkSessionId(call.params.sessionId, 'params.sessionId')
         const eid = call.params.exchangeId
         if (eid !== undefined && (typeof eid !== 'string' || eid.length === 0)) throw new SluiceError('invalid_request', { field: 'params.exchangeId', reason: 'must be a non-empty string' })
-        const n = deps.sessions.cancel(key.name, sessionId, typeof eid === 'string' ? eid : null)
-        answer({ jsonrpc: '2.0', id, result: { sessionId, cancelled: n } })
+        const n = cancelInLane(deps.ledger, key.name, sessionId, typeof eid === 'string' ? eid : null)
+        scope.discard()
+        sendResult(res, req, id, JSON.stringify({ sessionId, cancelled: n }))
         return
       }
       case 'session/prompt':
@@ -109,61 +84,40 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
       default:
         throw new SluiceError('not_found', { method: call.method, methods: RPC_METHODS.join(', ') }, `no JSON-RPC method ${call.method}`)
     }
-    const sessionId = checkSessionId(call.params.sessionId, 'params.sessionId')
-    known.sessionId = sessionId
-    known.route = prepared.envelope?.route
+    known.route = prepared.envelope?.route ?? null
     if (prepared.stream) throw new SluiceError('invalid_request', { field: 'params.body.stream', reason: 'streaming is not offered over JSON-RPC: use POST /v1/sessions/:id/exchanges' })
-    if (deps.ledger.draining) throw new SluiceError('shutting_down')
-    const exchangeId = randomUUID()
-    if (ac.signal.aborted) throw abortCause(ac.signal)
-    lane = deps.sessions.enter(key.name, sessionId, exchangeId)
-    turn = deps.turns.take(key, runIdentity(req))
-    const sink = new CollectingSink({ cap: deps.config.limits.maxOutputBytes, storage: deps.ledger.storage, frameBytes: deps.config.limits.sseFrameBytes })
+    const accepted = accept(deps, req, { mode: 'rpc', key, scope, sessionId: () => checkSessionId(call.params.sessionId, 'params.sessionId'), signal: ac.signal, known })
+    const { exchangeId, sessionId } = accepted
+    const sink = new CollectingSink({ cap: deps.config.limits.maxOutputBytes, bytes: scope, frameBytes: deps.config.limits.sseFrameBytes })
     handedOff = true
-    try {
-      // The result is read while the exchange holds its permit (Accepted.onRelayed); only an
-      // exchange that failed before reaching it is read afterwards, without a parse.
-      const got: { r: SinkResult | null } = { r: null }
-      const run = runExchange(deps, prepared.envelope!.route as Route, req, sink as unknown as ServerResponse, {
-        exchangeId, mode: 'rpc', key, sessionId, lane, turn, holdings, prepared, signal: ac.signal,
-        onRelayed: async (rec, signal) => { got.r = await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, signal) },
-      })
-      deps.background.track(run)
-      const rec = await run
-      const r = got.r ?? await sinkResult(sink, rec, deps.ledger.parse, { exchangeId }, ac.signal)
-      if (r.ok) {
-        answer({ jsonrpc: '2.0', id, result: { exchangeId, sessionId, status: r.status, body: r.body, usage: rec.usage } })
-        return
-      }
-      // The exchange's own refusal (our JSON) keeps its code and details. It was counted by
-      // the exchange, unless the exchange went well and only its result did not fit here.
-      const err = r.error
-      if (rec.code === 'ok') deps.ledger.countRefusal(err.code)
-      if (!res.headersSent && !res.destroyed) sendJson(res, 200, rpcError(id, err), err.headers())
-    } finally {
-      sink.dispose()
-    }
+    const run = runExchange(deps, accepted, prepared.envelope!.route as Route, req, sink as unknown as ServerResponse, {
+      prepared,
+      signal: ac.signal,
+      // The answer goes out while the exchange still holds everything (its sink's bytes too).
+      deliver: (rec) => {
+        const r = sinkResult(sink, rec, { exchangeId })
+        if (r.ok) {
+          sendResult(res, req, id, withRawMember({ exchangeId, sessionId, status: r.status, usage: rec.usage }, 'body', r.raw))
+        } else {
+          // The exchange's own refusal (our JSON) keeps its code and details. It was counted by
+          // the exchange, unless the exchange went well and only its result did not fit here.
+          refuse(deps.ledger, res, r.error, { rpcId: id, counted: rec.code !== 'ok' })
+        }
+        sink.dispose()
+      },
+    })
+    deps.background.track(run)
+    await run
   } catch (err) {
-    if (!handedOff) lane?.release() // before the caller can see the error
+    if (handedOff) throw err // runExchange settles everything itself: this would be a bug
     const se = ac.signal.aborted ? abortCause(ac.signal) : SluiceError.from(err)
+    // Everything goes back before the caller can see the error.
+    if (!scope.isReleased) scope.discard()
     const rpcId = se.details.rpcId
     if (id === null && (typeof rpcId === 'string' || typeof rpcId === 'number')) id = rpcId
-    answer(rpcError(id, se), se)
-    // A call refused before its exchange started has no exchange line of its own.
-    if (!handedOff) logRefused(deps, req, 'rpc', se, started, known)
+    const rec = newRecord({ exchangeId: null, runId: runIdentity(req), route: known.route ?? null, mode: 'rpc', keyName: known.keyName ?? null, sessionId: known.sessionId ?? null })
+    refusedAtTheDoor(deps, req, res, rec, se, started, id)
   } finally {
     res.off('close', onClose)
-    if (!handedOff) {
-      turn?.giveBack()
-      lane?.release()
-      if (holdings) { holdings.settle('processing'); holdings.settle('upstream'); holdings.settle('http') }
-    }
   }
-}
-
-/** For the README and tests: the JSON-RPC number of each catalogue code. */
-export function rpcCodeTable (): Record<string, number> {
-  const out: Record<string, number> = {}
-  for (const code of Object.keys(catalogue) as Array<keyof typeof catalogue>) out[code] = rpcErrorCode(new SluiceError(code))
-  return out
 }

@@ -6,13 +6,14 @@
 // It implements what they use: writeHead / headersSent / statusCode, and a Writable's write,
 // 'drain', end, 'close', destroyed, writableFinished. A streaming body is cut into SSE frames
 // (the same framer as the relay) and handed to `onFrame` one by one; any other body is
-// collected, up to `cap` bytes, every byte reserved against the aggregate storage budget
-// until `dispose()`. Past the cap (or the budget) it keeps counting but drops the bytes, and
+// collected, up to `cap` bytes, every byte reserved through the exchange's ExchangeScope
+// (worker/scope.ts) until `dispose()`, which the exchange's delivery calls before the scope
+// is released. Past the cap (or the budget) it keeps counting but drops the bytes, and
 // `overflow` says why: the caller reports an honest error instead of a truncated result.
 
 import { Writable } from 'node:stream'
 import { SluiceError, type ErrorCode } from '../src/errors.ts'
-import type { ByteBudget } from '../src/ledger/budget.ts'
+import { frameText } from '../src/sse/fields.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 
 export type Overflow = 'none' | 'cap' | 'budget'
@@ -20,7 +21,8 @@ export type Overflow = 'none' | 'cap' | 'budget'
 export interface SinkOptions {
   /** Largest body kept. */
   cap: number
-  storage: ByteBudget
+  /** The exchange's scope: the collected bytes are its reservation. */
+  bytes: { tryReserve (n: number): boolean; unreserve (n: number): void }
   frameBytes: number
   /** Each SSE frame of a streaming body: its `event:` name (null when none) and its data. */
   onFrame?: (event: string | null, data: string) => void
@@ -52,7 +54,7 @@ export class CollectingSink extends Writable {
     const onFrame = this.opts.onFrame
     if (onFrame && this.isEventStream) {
       this.framer = new SseFramer({
-        onFrame: (frame) => { const f = readFrame(frame); if (f) onFrame(f.event, f.data) },
+        onFrame: (frame) => { const f = frameText(frame); if (f) onFrame(f.event, f.data) },
         onOversize: () => {},
       }, { maxFrameBytes: this.opts.frameBytes })
     }
@@ -70,7 +72,7 @@ export class CollectingSink extends Writable {
   dispose (): void {
     this.parts = []
     this.kept = 0
-    if (this.reserved > 0) { this.opts.storage.release(this.reserved); this.reserved = 0 }
+    if (this.reserved > 0) { this.opts.bytes.unreserve(this.reserved); this.reserved = 0 }
   }
 
   override _write (chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
@@ -82,7 +84,7 @@ export class CollectingSink extends Writable {
     }
     if (this.overflow !== 'none') { cb(); return }
     if (this.kept + chunk.length > this.opts.cap) { this.drop('cap'); cb(); return }
-    if (!this.opts.storage.tryReserve(chunk.length)) { this.drop('budget'); cb(); return }
+    if (!this.opts.bytes.tryReserve(chunk.length)) { this.drop('budget'); cb(); return }
     this.reserved += chunk.length
     this.parts.push(chunk)
     this.kept += chunk.length
@@ -102,26 +104,21 @@ export class CollectingSink extends Writable {
 
 /** What an exchange written into a sink came to, once it settled. */
 export type SinkResult =
-  | { ok: true; status: number; body: unknown }
+  | { ok: true; status: number; raw: string | null }
   | { ok: false; error: SluiceError }
 
 /**
- * Reads a settled exchange's result out of its sink:
- *   - success: the provider's JSON (parsed under the parse permit, only to embed it; its text
- *     when it is not JSON; null for a stream, whose frames went out one by one);
- *   - a refusal written before any byte: our `{ code, error, ...details }`, kept whole, with
- *     the status it was sent with;
+ * Reads a settled exchange's result out of its sink, without parsing the provider's answer:
+ *   - success: the provider's JSON answer as text (already checked to be a JSON object by the
+ *     relay, in the parser pool: it is embedded as it is, never parsed in this heap), or null
+ *     for a stream, whose frames went out one by one;
+ *   - a refusal written before any byte: our `{ code, error, ...details }` (small, our own
+ *     JSON), kept whole, with the status it was sent with;
  *   - any other ending: the exchange's own code with `details`;
  *   - a body past the sink's cap or the storage budget: output_too_large or
  *     storage_budget_exhausted, never a truncated result.
  */
-export async function sinkResult (
-  sink: CollectingSink,
-  rec: { code: ErrorCode | 'ok' },
-  parse: { acquire (opts: { signal?: AbortSignal }): Promise<void>; release (): void },
-  details: Record<string, string | number | boolean | null> = {},
-  signal?: AbortSignal,
-): Promise<SinkResult> {
+export function sinkResult (sink: CollectingSink, rec: { code: ErrorCode | 'ok' }, details: Record<string, string | number | boolean | null> = {}): SinkResult {
   const raw = sink.body
   if (rec.code !== 'ok' || sink.statusCode >= 400) {
     if (raw && !sink.isEventStream) {
@@ -136,30 +133,16 @@ export async function sinkResult (
     return { ok: false, error: new SluiceError(rec.code === 'ok' ? 'provider_error' : rec.code, details) }
   }
   if (sink.overflow !== 'none') return { ok: false, error: new SluiceError(sink.overflow === 'cap' ? 'output_too_large' : 'storage_budget_exhausted', { ...details, bytes: sink.bytes }) }
-  if (sink.isEventStream || !raw) return { ok: true, status: sink.statusCode, body: null }
-  await parse.acquire({ signal })
-  try {
-    return { ok: true, status: sink.statusCode, body: JSON.parse(raw.toString('utf8')) }
-  } catch {
-    return { ok: true, status: sink.statusCode, body: raw.toString('utf8') }
-  } finally {
-    parse.release()
-  }
+  if (sink.isEventStream || !raw) return { ok: true, status: sink.statusCode, raw: null }
+  return { ok: true, status: sink.statusCode, raw: raw.toString('utf8') }
 }
 
-/** The `event:` and joined `data:` lines of one SSE frame (null for a comment-only frame). */
-export function readFrame (frame: Buffer): { event: string | null; data: string } | null {
-  let event: string | null = null
-  const data: string[] = []
-  for (const line of frame.toString('utf8').split(/\r\n|\r|\n/)) {
-    if (line === '' || line.startsWith(':')) continue
-    const colon = line.indexOf(':')
-    const field = colon === -1 ? line : line.slice(0, colon)
-    let value = colon === -1 ? '' : line.slice(colon + 1)
-    if (value.startsWith(' ')) value = value.slice(1)
-    if (field === 'event') event = value
-    else if (field === 'data') data.push(value)
-  }
-  if (event === null && data.length === 0) return null
-  return { event, data: data.join('\n') }
+/**
+ * `value` (an object) as JSON text with one more member, `key`, whose value is the JSON text
+ * `raw` (null when none): a checked answer is embedded without being parsed and serialised
+ * again.
+ */
+export function withRawMember (value: Record<string, unknown>, key: string, raw: string | null): string {
+  const text = JSON.stringify(value)
+  return text.slice(0, -1) + (text.length > 2 ? ',' : '') + JSON.stringify(key) + ':' + (raw ?? 'null') + '}'
 }

@@ -6,7 +6,8 @@ import type { FastifyInstance } from 'fastify'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Admission } from './admission.ts'
 import { SluiceError } from '../src/errors.ts'
-import { sendError } from './app.ts'
+import { refuseReply } from './reply.ts'
+import { ExchangeScope } from './scope.ts'
 
 export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }): void {
   // Admit one exchange, reserve `bytes`, stream one line, then hold everything until the
@@ -16,22 +17,23 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
     const res = reply.raw
     const onClose = (): void => ac.abort()
     res.once('close', onClose)
-    let holdings
+    const holdings = new ExchangeScope(ledger, ['processing', 'http'])
     try {
-      holdings = await admission.admit(ac.signal, ['processing', 'http'])
+      await admission.admit(holdings, ac.signal)
     } catch (err) {
       res.off('close', onClose)
-      sendError(ledger, reply, SluiceError.from(err))
+      holdings.discard()
+      refuseReply(ledger, reply, SluiceError.from(err))
       return reply
     }
-    res.once('close', () => holdings.settle('http'))
+    holdings.settleOnClose(res)
     // Like an exchange, a hold is waited for by a drain (connections are cut after it).
     background.track(new Promise<void>((resolve) => holdings.onRelease(resolve)))
     try {
       holdings.reserve(Number(req.query.bytes ?? 0))
     } catch (err) {
       holdings.settle('processing')
-      sendError(ledger, reply, SluiceError.from(err))
+      refuseReply(ledger, reply, SluiceError.from(err))
       return reply
     }
     reply.hijack()

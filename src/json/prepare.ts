@@ -16,8 +16,9 @@ import { SluiceError, type ErrorCode, type ErrorDetails } from '../errors.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 import { replaceTopLevelMember } from './splice.ts'
 import { findSyntaxError, lineColumn, utf8ErrorAt } from './syntax.ts'
+import { ROUTES, type Route } from '../protocols/routes.ts'
 
-export type Route = 'chat' | 'responses' | 'messages' | 'count_tokens'
+export type { Route }
 
 export interface PrepareTask {
   /** The raw request body. In the pool its ArrayBuffer is transferred: the caller gives it up. */
@@ -67,7 +68,7 @@ export interface EnvelopeInfo {
   rpc?: RpcCall
 }
 
-const ENVELOPE_ROUTES: readonly Route[] = ['chat', 'responses', 'messages', 'count_tokens']
+const ENVELOPE_ROUTES = ROUTES
 const encoder = new TextEncoder()
 
 export interface PrepareRefusal {

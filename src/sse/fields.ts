@@ -132,3 +132,10 @@ export function bytesEqual (f: Uint8Array, start: number, end: number, s: string
   for (let k = 0; k < s.length; k++) if (f[start + k] !== s.charCodeAt(k)) return false
   return true
 }
+
+/** A frame's `event:` name and joined `data:` lines as text (null for a comment-only frame). */
+export function frameText (f: Buffer): { event: string | null; data: string } | null {
+  const r = readFrame(f)
+  if (r.event === null && r.dataLines === 0) return null
+  return { event: r.event, data: r.data === null ? '' : r.data.toString('utf8') }
+}

@@ -105,3 +105,14 @@ export function verifyRecord (record: FailureRecord, signature: string, key: Buf
   }
   return timingSafeEqual(expected, Buffer.from(signature, 'hex'))
 }
+
+/** Signs failure records with one key (the worker's copy of the signing key). */
+export class Signer {
+  private readonly key: Buffer
+  constructor (key: Buffer) {
+    if (key.length === 0) throw new RangeError('empty signing key')
+    this.key = key
+  }
+
+  sign (record: FailureRecord): string { return signRecord(record, this.key) }
+}

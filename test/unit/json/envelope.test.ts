@@ -5,7 +5,7 @@
 
 import t from 'tap'
 import { prepare, type PrepareTask } from '../../../src/json/prepare.ts'
-import { readFrame } from '../../../worker/sink.ts'
+import { frameText as readFrame } from '../../../src/sse/fields.ts'
 
 const enc = new TextEncoder()
 const dec = new TextDecoder()

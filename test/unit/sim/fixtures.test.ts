@@ -4,7 +4,7 @@ import t from 'tap'
 import { readdirSync, readFileSync } from 'node:fs'
 import { parseSse, rawRequest, startSim, streamProblems, type SimProtocol, type SseFrame } from '../../../src/sim/index.ts'
 
-const dir = new URL('./fixtures/', import.meta.url)
+const dir = new URL('../../../ops/load/fixtures/', import.meta.url)
 const names = readdirSync(dir).filter(f => f.endsWith('.request.json')).map(f => f.slice(0, -'.request.json'.length)).sort()
 
 const sim = await startSim({ apiKey: 'sk-fixture' })
