@@ -14,8 +14,9 @@
 //   completed     the sim wrote the whole response and Node flushed it;
 //   client-closed the client went away first (including during ttft, a stall or backpressure);
 //   fault         the sim itself ended the exchange abnormally: reset, status-503/429,
-//                 cut-mid-stream, error-event. (malformed-frame and oversize-frame streams
-//                 continue to the end and report completed.)
+//                 cut-mid-stream, error-event, `error=`, `truncate=eof`. (malformed-frame and
+//                 oversize-frame streams continue to the end and report completed, as do
+//                 truncate=args and truncate=length, which end with a proper terminal.)
 
 import { timingSafeEqual } from 'node:crypto'
 import { EventEmitter } from 'node:events'
@@ -29,6 +30,7 @@ import { messages } from './messages.ts'
 import type { Renderer } from './protocol.ts'
 import { responses } from './responses.ts'
 import { seedFrom } from './rng.ts'
+import { parseScenario, STREAM_ERROR_ROWS, streamErrorBody } from './scenario.ts'
 import { buildScript, SIM_CREATED, type Script } from './script.ts'
 
 export interface SimOptions {
@@ -316,9 +318,10 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
 
     const protocol = r.protocol as SimProtocol
     const renderer = r.renderer as Renderer
-    const directive = parseDirective(lastUserText(protocol, body))
+    const userText = lastUserText(protocol, body)
+    const directive = parseDirective(userText)
     const seed = seedFrom(raw)
-    const script = buildScript(protocol, body, raw.length, seed, directive)
+    const script = buildScript(protocol, body, raw.length, seed, directive, parseScenario(userText))
     const idHeader = r.family === 'anthropic' ? 'request-id' : 'x-request-id'
     const idHeaders = { [idHeader]: 'req_sim' + seed.hex.slice(0, 24) }
 
@@ -377,7 +380,8 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
   const res = ex.res
   const d = script.directive
   const plan = renderer.stream(script)
-  const fault = d.fault === 'cut-mid-stream' || d.fault === 'malformed-frame' || d.fault === 'stall' || d.fault === 'error-event' ? d.fault : null
+  const streamError = d.fault === null ? script.scenario.error : null
+  const fault = d.fault === 'cut-mid-stream' || d.fault === 'malformed-frame' || d.fault === 'stall' || d.fault === 'error-event' ? d.fault : streamError !== null ? 'error-event' : null
   const at = fault === null ? -1 : Math.min(d.at ?? Math.floor(plan.total / 2), plan.total)
   ex.status = 200
   res.writeHead(200, { ...SSE_HEADERS, ...headers })
@@ -409,7 +413,7 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
         ex.eventsSent++
         return true
       case 'error-event':
-        batch += renderer.errorEvent(seq)
+        batch += streamError !== null ? renderer.streamError(script, streamError, seq) : renderer.errorEvent(seq)
         ex.eventsSent++
         ex.faulted = true
         if (await flush()) res.end()
@@ -443,6 +447,8 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
     if ((d.interval > 0 || batch.length >= BATCH_BYTES) && !(await flush())) return
   }
   if (i === at && !(await fire(i))) return
+  // truncate=eof: the plan stopped short of its terminal; the HTTP response still ends cleanly.
+  if (script.truncate === 'eof') ex.faulted = true
   if (await flush()) res.end()
 }
 
@@ -471,6 +477,26 @@ async function jsonResponse(ex: Exchange, renderer: Renderer, script: Script, he
   const head = (length: number): void => {
     ex.status = 200
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(length), ...headers })
+  }
+  const error = script.scenario.error
+  if (d.fault === null && error !== null) {
+    // error=KIND, not streaming: the provider's HTTP error in its own format.
+    ex.faulted = true
+    const family: ErrorFamily = script.protocol === 'anthropic' ? 'anthropic' : 'openai'
+    const row = STREAM_ERROR_ROWS[error]
+    const err = streamErrorBody(family, error)
+    ex.status = family === 'anthropic' ? row.anthropicStatus : row.openaiStatus
+    res.writeHead(ex.status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(err)), ...headers, ...row.headers })
+    res.end(err)
+    return
+  }
+  if (d.fault === null && script.truncate === 'eof') {
+    // Not streaming: a complete HTTP response whose JSON stops half-way.
+    ex.faulted = true
+    const cut = body.subarray(0, body.length >> 1)
+    head(cut.length)
+    res.end(cut)
+    return
   }
   switch (d.fault) {
     case 'error-event': {
