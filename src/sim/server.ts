@@ -382,7 +382,9 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
   const plan = renderer.stream(script)
   const streamError = d.fault === null ? script.scenario.error : null
   const fault = d.fault === 'cut-mid-stream' || d.fault === 'malformed-frame' || d.fault === 'stall' || d.fault === 'error-event' ? d.fault : streamError !== null ? 'error-event' : null
-  const at = fault === null ? -1 : Math.min(d.at ?? Math.floor(plan.total / 2), plan.total)
+  let at = fault === null ? -1 : Math.min(d.at ?? Math.floor(plan.total / 2), plan.total)
+  // A Responses stream always opens with response.created; response.failed comes after it.
+  if (streamError !== null && script.protocol === 'openai-responses' && at === 0) at = 1
   ex.status = 200
   res.writeHead(200, { ...SSE_HEADERS, ...headers })
 
