@@ -7,7 +7,9 @@
 //   text deltas — {"content":"..."}
 //   tool calls — per tool a head {index,id,type:"function",function:{name,arguments:""}} then
 //                argument deltas; with `parallel=1` all heads first, then the argument deltas
-//                round-robin across tools (provider-interleaved parallel calls)
+//                round-robin across tools (provider-interleaved parallel calls); with
+//                `stagger` call k joins the round-robin one round after call k-1 (its head
+//                arrives after the earlier calls' arguments began)
 //   finish chunk — delta {}, finish_reason "stop" | "tool_calls"
 //   usage chunk — choices [] (only with stream_options.include_usage)
 //   data: [DONE]
@@ -78,16 +80,31 @@ function stream(script: Script): FramePlan {
   if (script.directive.parallel && tools.length > 1) {
     // Order of (tool, chunk) pairs; chunk -1 is the head. Heads first, then round-robin.
     const order: Array<[number, number]> = []
-    for (let k = 0; k < tools.length; k++) order.push([k, -1])
-    for (let c = 0; ; c++) {
-      let any = false
-      for (let k = 0; k < tools.length; k++) {
-        if (c < tools[k].chunks.length) {
-          order.push([k, c])
-          any = true
+    if (script.scenario.stagger) {
+      // Round r carries fragment r-k of every call k <= r (fragment 0 is the head).
+      for (let r = 0; ; r++) {
+        let any = false
+        for (let k = 0; k < tools.length && k <= r; k++) {
+          const c = r - k - 1
+          if (c < tools[k].chunks.length) {
+            order.push([k, c])
+            any = true
+          }
         }
+        if (!any && r >= tools.length) break
       }
-      if (!any) break
+    } else {
+      for (let k = 0; k < tools.length; k++) order.push([k, -1])
+      for (let c = 0; ; c++) {
+        let any = false
+        for (let k = 0; k < tools.length; k++) {
+          if (c < tools[k].chunks.length) {
+            order.push([k, c])
+            any = true
+          }
+        }
+        if (!any) break
+      }
     }
     plan.add(order.length, j => {
       const [k, c] = order[j]

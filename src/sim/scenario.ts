@@ -15,6 +15,8 @@
 //   cached=N              cached input tokens in usage
 //   reasoning_tokens=N    reasoning tokens in usage (added to the output tokens)
 //   reasoning_content     Chat: `reasoning_content` deltas (DeepSeek style), `thinking=N` of them
+//   stagger               Chat with `parallel`: call k's head comes only after the earlier calls'
+//                         arguments began (a wave), instead of all heads first
 //
 // Unknown keys are ignored here as in parseDirective (each parser ignores the other's keys).
 
@@ -53,6 +55,8 @@ export interface SimScenario {
   readonly reasoningTokens: number | null
   /** Chat Completions: stream the reasoning as `reasoning_content` deltas. */
   readonly reasoningContent: boolean
+  /** Chat Completions with `parallel`: start call k one round after call k-1. */
+  readonly stagger: boolean
 }
 
 export const DEFAULT_SCENARIO: Readonly<SimScenario> = Object.freeze({
@@ -64,6 +68,7 @@ export const DEFAULT_SCENARIO: Readonly<SimScenario> = Object.freeze({
   cached: null,
   reasoningTokens: null,
   reasoningContent: false,
+  stagger: false,
 })
 
 export const SCENARIO_LIMITS = Object.freeze({
@@ -108,9 +113,12 @@ export function parseScenario(text: string | null): SimScenario {
         break
       }
       case 'reasoning_content':
-        if (value === '1' || value === 'true' || value === 'yes') s.reasoningContent = true
-        else if (value === '0' || value === 'false' || value === 'no') s.reasoningContent = false
+      case 'stagger': {
+        const field = key === 'stagger' ? 'stagger' : 'reasoningContent'
+        if (value === '1' || value === 'true' || value === 'yes') s[field] = true
+        else if (value === '0' || value === 'false' || value === 'no') s[field] = false
         break
+      }
       default:
         break
     }

@@ -96,6 +96,33 @@ t.test('tools=32 parallel: 32 interleaved calls, id and name on each first fragm
   for (const c of calls) t.same(argsOf(c), { cmd: SIM_COMMAND })
 })
 
+t.test('tools=32 parallel stagger: later heads arrive after earlier calls\' arguments began', async t => {
+  const d = '#sim tokens=0 tools=32 parallel stagger call=exec_command,apply_patch'
+  const r = await raw(d)
+  t.same(streamProblems('openai-chat', r.body), [])
+  const fragments = chunks(r.body).flatMap(c => c.choices[0]?.delta?.tool_calls ?? [])
+  const headAt = new Map<number, number>()
+  const firstArgsAt = new Map<number, number>()
+  fragments.forEach((f, i) => {
+    if (f.id !== undefined) {
+      t.notOk(headAt.has(f.index), `one head for call ${f.index}`)
+      headAt.set(f.index, i)
+    } else {
+      t.ok(headAt.has(f.index) && headAt.get(f.index)! < i, `call ${f.index}: arguments after its head`)
+      if (!firstArgsAt.has(f.index)) firstArgsAt.set(f.index, i)
+    }
+  })
+  t.equal(headAt.size, 32)
+  t.ok(headAt.get(31)! > firstArgsAt.get(0)!, 'the last head comes after the first call\'s arguments started')
+  t.ok([...headAt.keys()].every((k, i) => k === i), 'heads in index order')
+  const done = await final(d)
+  const calls = (done.choices[0].message.tool_calls ?? []) as Json[]
+  t.equal(calls.length, 32)
+  t.same(calls.map(c => c.function.name), Array.from({ length: 32 }, (_v, i) => (i % 2 === 0 ? 'exec_command' : 'apply_patch')))
+  for (const c of calls) t.doesNotThrow(() => argsOf(c), `${c.id}: whole JSON`)
+  t.same(argsOf(calls[1]), { input: SIM_PATCH })
+})
+
 t.test('reasoning_content: DeepSeek-style reasoning deltas before the answer, streaming and not', async t => {
   const d = '#sim tokens=2 thinking=3 reasoning_content'
   const frames = chunks((await raw(d)).body)

@@ -13,8 +13,8 @@ import { buildScript } from '../../../src/sim/script.ts'
 t.test('defaults, every key, aliases', async t => {
   t.same(parseScenario(null), DEFAULT_SCENARIO)
   t.same(parseScenario('#sim tokens=3 tools=2'), DEFAULT_SCENARIO, 'the original keys are not scenario keys')
-  const s = parseScenario('#sim call=a,b call=c args={"x":1} truncate=length error=rate_limit redacted=2 cached=7 reasoning_tokens=9 reasoning_content')
-  t.same(s, { calls: ['a', 'b', 'c'], args: '{"x":1}', truncate: 'length', error: 'rate_limit', redacted: 2, cached: 7, reasoningTokens: 9, reasoningContent: true })
+  const s = parseScenario('#sim call=a,b call=c args={"x":1} truncate=length error=rate_limit redacted=2 cached=7 reasoning_tokens=9 reasoning_content stagger')
+  t.same(s, { calls: ['a', 'b', 'c'], args: '{"x":1}', truncate: 'length', error: 'rate_limit', redacted: 2, cached: 7, reasoningTokens: 9, reasoningContent: true, stagger: true })
   t.equal(parseScenario('#sim error=overloaded_error').error, 'overloaded')
   t.equal(parseScenario('#sim error=rate_limit_exceeded').error, 'rate_limit')
   t.equal(parseScenario('#sim error=context_length_exceeded').error, 'context_length')
@@ -113,7 +113,7 @@ t.test('scenario directives: identical bytes for an identical body, in every pro
 
 t.test('renderers: plan.total is the frame count with every scenario key; complete streams are well-formed', async t => {
   const renderers: Array<[SimProtocol, Renderer]> = [['openai-chat', chat], ['openai-responses', responses], ['anthropic', messages]]
-  const complete = ['#sim call=a,b tokens=2', '#sim tools=4 call=a parallel args=none', '#sim thinking=2 redacted=3 reasoning_content tokens=1 call=x', '#sim truncate=args call=a,b']
+  const complete = ['#sim call=a,b tokens=2', '#sim tools=4 call=a parallel args=none', '#sim tools=5 parallel stagger', '#sim tools=3 call=a parallel stagger truncate=args', '#sim thinking=2 redacted=3 reasoning_content tokens=1 call=x', '#sim truncate=args call=a,b']
   const cut = ['#sim truncate=length call=a', '#sim truncate=length tokens=5', '#sim truncate=eof call=a,b', '#sim truncate=eof tokens=5']
   for (const [protocol, renderer] of renderers) {
     for (const d of [...complete, ...cut]) {
