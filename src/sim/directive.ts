@@ -6,7 +6,7 @@
 //   token  = key [ "=" value ]          a bare key means key=1 (e.g. `parallel`)
 //   key    = ttft | tokens | interval | tools | parallel | fault | at | size | bytes | thinking
 //          | call | args | truncate | error | redacted | cached | reasoning_tokens
-//          | reasoning_content                    (the scenario keys: see scenario.ts)
+//          | reasoning_content | stagger          (the scenario keys: see scenario.ts)
 //
 // Numbers are non-negative decimal integers; a malformed number is ignored (the default
 // stays), a large one is clamped to the limit below. When the text holds several `#sim`
