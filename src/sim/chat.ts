@@ -13,7 +13,7 @@
 //   finish chunk — delta {}, finish_reason "stop" | "tool_calls"
 //   usage chunk — choices [] (only with stream_options.include_usage)
 //   data: [DONE]
-// Truncations: `length` ends with finish_reason "length"; `eof` ends right after the cut
+// Truncations: `length` ends with finish_reason "length", `filter` with "content_filter"; `eof` ends right after the cut
 // call's (or the text's) last delta, without a finish chunk, usage or [DONE].
 
 import { isObject } from './directive.ts'
@@ -35,6 +35,7 @@ function usageJson(script: Script): string {
 
 function finishReason(script: Script): string {
   if (script.truncate === 'length') return 'length'
+  if (script.truncate === 'filter') return 'content_filter'
   return script.tools.length > 0 ? 'tool_calls' : 'stop'
 }
 

@@ -11,8 +11,8 @@
 //   tool_use blocks: content_block_start {type:"tool_use",id,name,input:{}},
 //                    input_json_delta*, content_block_stop
 //   message_delta (stop_reason "end_turn" | "tool_use", usage.output_tokens), message_stop
-// Truncations: `args` and `length` close the cut block normally (stop_reason tool_use /
-// max_tokens); `eof` ends after its last delta. A JSON body cannot hold cut input: there the
+// Truncations: `args`, `length` and `filter` close the cut block normally (stop_reason
+// tool_use / max_tokens / refusal); `eof` ends after its last delta. A JSON body cannot hold cut input: there the
 // cut call's input is {}.
 
 import { named, FramePlan } from './frames.ts'
@@ -22,6 +22,7 @@ import { outputTokens, type Script, type ToolCall } from './script.ts'
 
 function stopReason(script: Script): string {
   if (script.truncate === 'length') return 'max_tokens'
+  if (script.truncate === 'filter') return 'refusal'
   return script.tools.length > 0 ? 'tool_use' : 'end_turn'
 }
 

@@ -20,9 +20,9 @@
 //   tool_search_call items (`call=tool_search`; execution "client", arguments an object):
 //     output_item.added (arguments {}), output_item.done (the arguments)
 //   response.completed                                        (output + usage)
-// Truncations: `args` completes normally with the cut arguments; `length` skips the cut item's
-// arguments/input .done, marks it status "incomplete" and ends with response.incomplete
-// (incomplete_details.reason "max_output_tokens"); `eof` ends after the cut item's last delta.
+// Truncations: `args` completes normally with the cut arguments; `length` / `filter` skip the
+// cut item's arguments/input .done, mark it status "incomplete" and end with response.incomplete
+// (incomplete_details.reason "max_output_tokens" / "content_filter"); `eof` ends after the cut item's last delta.
 //
 // The response object echoes the request's settings (instructions, reasoning, store, text,
 // tools, tool_choice, ...) as the real API does; it is serialised once per request and the
@@ -30,7 +30,7 @@
 
 import { named, FramePlan } from './frames.ts'
 import { ERROR_EVENT_MESSAGE, MALFORMED_MARK, oversizeIndex, type Renderer } from './protocol.ts'
-import { STREAM_ERROR_ROWS, type SimStreamError } from './scenario.ts'
+import { isEarlyStop, STREAM_ERROR_ROWS, type SimStreamError } from './scenario.ts'
 import { outputTokens, type Script, type ToolCall } from './script.ts'
 
 const STATUS = '"@@sim-status@@"'
@@ -88,7 +88,9 @@ function responseTemplate(script: Script): ResponseJson {
     p0 + '"' + status + '"' + p1 + error + p1e + incomplete + p1i + output + p2 + usage + p3
 }
 
-const MAX_OUTPUT_TOKENS = '{"reason":"max_output_tokens"}'
+function incompleteReason(script: Script): string {
+  return script.truncate === 'filter' ? '{"reason":"content_filter"}' : '{"reason":"max_output_tokens"}'
+}
 
 function usageJson(script: Script): string {
   const out = outputTokens(script)
@@ -136,11 +138,11 @@ function searchArguments(args: string): string {
 
 /** Status of a call item once done: the call cut by truncate=length is incomplete. */
 function callStatus(script: Script, tool: ToolCall): string {
-  return !tool.complete && script.truncate === 'length' ? 'incomplete' : 'completed'
+  return !tool.complete && isEarlyStop(script.truncate) ? 'incomplete' : 'completed'
 }
 
 function textStatus(script: Script): string {
-  return script.truncate === 'length' && script.tools.length === 0 ? 'incomplete' : 'completed'
+  return isEarlyStop(script.truncate) && script.tools.length === 0 ? 'incomplete' : 'completed'
 }
 
 function wantsEncryptedReasoning(script: Script): boolean {
@@ -169,8 +171,8 @@ function outputJson(script: Script): string {
 
 /** response.completed, or response.incomplete after a length truncation. */
 function terminal(script: Script, response: ResponseJson, seq: number): string {
-  if (script.truncate === 'length') {
-    return named('response.incomplete', `{"type":"response.incomplete","sequence_number":${seq},"response":${response('incomplete', outputJson(script), usageJson(script), 'null', MAX_OUTPUT_TOKENS)}}`)
+  if (isEarlyStop(script.truncate)) {
+    return named('response.incomplete', `{"type":"response.incomplete","sequence_number":${seq},"response":${response('incomplete', outputJson(script), usageJson(script), 'null', incompleteReason(script))}}`)
   }
   return named('response.completed', `{"type":"response.completed","sequence_number":${seq},"response":${response('completed', outputJson(script), usageJson(script))}}`)
 }
@@ -227,7 +229,7 @@ function stream(script: Script): FramePlan {
       plan.add(tool.chunks.length, (c, seq) => named('response.custom_tool_call_input.delta', `{"type":"response.custom_tool_call_input.delta","sequence_number":${seq},${ref},"delta":"${tool.chunks[c]}"}`))
     }
     if (!tool.complete && script.truncate === 'eof') return plan
-    if (tool.complete || script.truncate !== 'length') {
+    if (tool.complete || !isEarlyStop(script.truncate)) {
       if (tool.kind === 'function') {
         plan.one(seq => named('response.function_call_arguments.done', `{"type":"response.function_call_arguments.done","sequence_number":${seq},${ref},"arguments":${JSON.stringify(tool.args)}}`))
       } else if (tool.kind === 'custom') {
@@ -243,7 +245,7 @@ function stream(script: Script): FramePlan {
 
 function json(script: Script): string {
   const response = responseTemplate(script)
-  if (script.truncate === 'length') return response('incomplete', outputJson(script), usageJson(script), 'null', MAX_OUTPUT_TOKENS)
+  if (isEarlyStop(script.truncate)) return response('incomplete', outputJson(script), usageJson(script), 'null', incompleteReason(script))
   return response('completed', outputJson(script), usageJson(script))
 }
 

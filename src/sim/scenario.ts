@@ -7,7 +7,7 @@
 //   call=NAME[,NAME...]   repeatable; the tools to call, in order (cycled when tools=N is larger)
 //   args=TEXT             the arguments (or custom-tool input) of every call, verbatim;
 //                         percent-decoded (`%20` is a space); `args=none` is the empty text
-//   truncate=args|length|eof
+//   truncate=args|length|filter|eof   (filter: a content-filter stop; `content_filter` accepted)
 //   error=overloaded|rate_limit|invalid_request|context_length|insufficient_quota
 //                         (the protocols' own names are accepted too, e.g. overloaded_error,
 //                         rate_limit_exceeded, context_length_exceeded)
@@ -22,8 +22,13 @@
 
 import { directiveTokens } from './directive.ts'
 
-export const TRUNCATIONS = ['args', 'length', 'eof'] as const
+export const TRUNCATIONS = ['args', 'length', 'filter', 'eof'] as const
 export type SimTruncation = (typeof TRUNCATIONS)[number]
+
+/** A truncation that ends with the provider's stop (length or content filter), not a cut stream. */
+export function isEarlyStop(t: SimTruncation | null): t is 'length' | 'filter' {
+  return t === 'length' || t === 'filter'
+}
 
 export const STREAM_ERRORS = ['overloaded', 'rate_limit', 'invalid_request', 'context_length', 'insufficient_quota'] as const
 export type SimStreamError = (typeof STREAM_ERRORS)[number]
@@ -95,6 +100,7 @@ export function parseScenario(text: string | null): SimScenario {
       }
       case 'truncate':
         if ((TRUNCATIONS as readonly string[]).includes(value)) s.truncate = value as SimTruncation
+        else if (value === 'content_filter') s.truncate = 'filter'
         break
       case 'error': {
         const kind = (STREAM_ERRORS as readonly string[]).includes(value) ? (value as SimStreamError) : ERROR_ALIASES[value]

@@ -7,7 +7,7 @@
 
 import { isObject, type SimDirective, type SimProtocol } from './directive.ts'
 import { mix, Rng, type Seed } from './rng.ts'
-import { DEFAULT_SCENARIO, type SimScenario, type SimTruncation } from './scenario.ts'
+import { DEFAULT_SCENARIO, isEarlyStop, type SimScenario, type SimTruncation } from './scenario.ts'
 
 /** Fixed `created` timestamp (2026-01-01T00:00:00Z): output must not depend on the clock. */
 export const SIM_CREATED = 1767225600
@@ -185,7 +185,7 @@ export function buildScript(
   }
 
   const cutCall = scenario.truncate !== null && tools.length > 0
-  const cutText = !cutCall && (scenario.truncate === 'length' || scenario.truncate === 'eof')
+  const cutText = !cutCall && (isEarlyStop(scenario.truncate) || scenario.truncate === 'eof')
   if (cutCall) {
     const last = tools[tools.length - 1]
     const args = prefixOf(last.args)

@@ -182,6 +182,14 @@ t.test('truncate=length: finish_reason length in the middle of a call, or of the
   t.equal(json.choices[0].finish_reason, 'length')
 })
 
+t.test('truncate=filter: finish_reason content_filter, streaming and not', async t => {
+  const done = await final('#sim tokens=6 truncate=filter')
+  t.equal(done.choices[0].finish_reason, 'content_filter')
+  t.equal(done.choices[0].message.content?.split(' ').length, 3)
+  const json = await client.chat.completions.create(body('#sim tokens=0 call=exec_command truncate=filter', false) as any)
+  t.equal(json.choices[0].finish_reason, 'content_filter')
+})
+
 t.test('truncate=eof: argument deltas, then the end: no finish chunk, no [DONE]', async t => {
   const ex = nextExchange(sim)
   const r = await raw('#sim tokens=0 call=exec_command,exec_command truncate=eof')

@@ -31,6 +31,7 @@ t.test('bad values are ignored, numbers clamped, args decoded', async t => {
   t.equal(parseScenario('#sim args=100%').args, '100%', 'a lone % stays')
   t.equal(parseScenario('#sim reasoning_content reasoning_content=0').reasoningContent, false, 'later wins')
   t.equal(parseScenario('#sim truncate=eof\n#sim truncate=args').truncate, 'args', 'later lines win')
+  t.equal(parseScenario('#sim truncate=content_filter').truncate, 'filter')
   t.equal(parseScenario(`#sim call=${Array.from({ length: 200 }, (_v, i) => 't' + i).join(',')}`).calls.length, SCENARIO_LIMITS.calls)
 })
 
@@ -114,7 +115,7 @@ t.test('scenario directives: identical bytes for an identical body, in every pro
 t.test('renderers: plan.total is the frame count with every scenario key; complete streams are well-formed', async t => {
   const renderers: Array<[SimProtocol, Renderer]> = [['openai-chat', chat], ['openai-responses', responses], ['anthropic', messages]]
   const complete = ['#sim call=a,b tokens=2', '#sim tools=4 call=a parallel args=none', '#sim tools=5 parallel stagger', '#sim tools=3 call=a parallel stagger truncate=args', '#sim thinking=2 redacted=3 reasoning_content tokens=1 call=x', '#sim truncate=args call=a,b']
-  const cut = ['#sim truncate=length call=a', '#sim truncate=length tokens=5', '#sim truncate=eof call=a,b', '#sim truncate=eof tokens=5']
+  const cut = ['#sim truncate=length call=a', '#sim truncate=length tokens=5', '#sim truncate=filter tokens=4', '#sim truncate=eof call=a,b', '#sim truncate=eof tokens=5']
   for (const [protocol, renderer] of renderers) {
     for (const d of [...complete, ...cut]) {
       const body = { model: 'm', stream: true, messages: [{ role: 'user', content: d }], input: d }

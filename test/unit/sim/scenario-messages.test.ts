@@ -117,6 +117,14 @@ t.test('truncate=length: stop_reason max_tokens in the middle of a call, or of t
   t.equal(json.stop_reason, 'max_tokens')
 })
 
+t.test('truncate=filter: stop_reason refusal, streaming and not', async t => {
+  const { message } = await streamed('#sim tokens=6 truncate=filter')
+  t.equal(message.stop_reason, 'refusal')
+  t.ok(message.content[0].type === 'text' && message.content[0].text.split(' ').length === 3)
+  const json = await client.messages.create(body('#sim tokens=0 call=Bash truncate=filter', false) as any)
+  t.equal(json.stop_reason, 'refusal')
+})
+
 t.test('truncate=eof: input deltas, then the end: no block stop, no message_delta', async t => {
   const ex = nextExchange(sim)
   const r = await raw('#sim tokens=0 call=Bash truncate=eof')

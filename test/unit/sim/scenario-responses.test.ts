@@ -149,6 +149,18 @@ t.test('truncate=length: response.incomplete with max_output_tokens in the middl
   t.equal((json.output[0] as Json).status, 'incomplete')
 })
 
+t.test('truncate=filter: response.incomplete with content_filter, streaming and not', async t => {
+  const { final } = await streamed('#sim tokens=6 truncate=filter')
+  t.equal(final.status, 'incomplete')
+  t.same(final.incomplete_details, { reason: 'content_filter' })
+  t.equal((final.output[0] as Json).status, 'incomplete')
+  const call = await streamed('#sim tokens=0 call=exec_command truncate=content_filter')
+  t.same(call.final.incomplete_details, { reason: 'content_filter' })
+  t.equal((call.final.output[0] as Json).status, 'incomplete')
+  const json = await client.responses.create(request('#sim tokens=4 truncate=filter', false) as any)
+  t.same(json.incomplete_details, { reason: 'content_filter' })
+})
+
 t.test('truncate=eof: the stream ends after argument deltas without a terminal', async t => {
   const ex = nextExchange(sim)
   const r = await raw('#sim tokens=0 call=exec_command truncate=eof')
