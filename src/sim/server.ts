@@ -80,8 +80,26 @@ export interface SimStats {
   faults: number
 }
 
+/**
+ * The request body as the sim received it (POST routes, once read; not for requests refused
+ * before the body, e.g. 401). Lets a test check what a gateway sent upstream (a translated
+ * request) and which directive text the sim read from it.
+ */
+export interface SimBodyEvent {
+  id: number
+  path: string
+  endpoint: SimEndpoint
+  /** The exact bytes. */
+  bytes: Buffer
+  /** The parsed JSON, undefined when the body is not JSON. */
+  json: unknown
+  /** The last user turn's text the directive is read from (generation routes); else null. */
+  directiveText: string | null
+}
+
 export interface SimEvents {
   request: [SimRequestEvent]
+  body: [SimBodyEvent]
   end: [SimEndEvent]
 }
 
@@ -312,6 +330,10 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
       body = JSON.parse(raw.toString('utf8'))
     } catch {
       body = undefined
+    }
+    if (events.listenerCount('body') > 0) {
+      const generation = r.renderer !== null && r.protocol !== null && isObject(body)
+      events.emit('body', { id: ex.id, path, endpoint: r.endpoint, bytes: raw, json: body, directiveText: generation ? lastUserText(r.protocol as SimProtocol, body) : null })
     }
     if (!isObject(body)) return sendError(ex, r.family, 'invalid_request')
     if (r.endpoint === 'messages.count_tokens') return send(ex, 200, JSON.stringify({ input_tokens: Math.max(1, Math.ceil(raw.length / 4)) }))

@@ -1,7 +1,7 @@
 // The scenario keys of the `#sim` directive: parsing, their independence from SimDirective,
 // the directive read from the last user turn of translated requests, and determinism.
 import t from 'tap'
-import { DEFAULT_DIRECTIVE, lastUserText, parseDirective, rawRequest, startSim, streamProblems, type SimProtocol } from '../../../src/sim/index.ts'
+import { DEFAULT_DIRECTIVE, lastUserText, nextExchange, parseDirective, rawRequest, startSim, streamProblems, type SimProtocol } from '../../../src/sim/index.ts'
 import { chat } from '../../../src/sim/chat.ts'
 import { messages } from '../../../src/sim/messages.ts'
 import type { Renderer } from '../../../src/sim/protocol.ts'
@@ -131,4 +131,29 @@ t.test('renderers: plan.total is the frame count with every scenario key; comple
       else t.same(problems, [], `${protocol} ${d}: a length stop is a well-formed end`)
     }
   }
+})
+
+t.test("the 'body' event: the exact request bytes and the directive text the sim read", async t => {
+  const sim = await startSim({ apiKey: 'sk-up' })
+  t.teardown(() => sim.close())
+  const sent = { model: 'm', messages: [{ role: 'user', content: 'first' }, { role: 'assistant', content: 'ok' }, { role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'text', text: DIRECTIVE }] }] }
+  const ex = nextExchange(sim)
+  await rawRequest(sim.url, { path: '/v1/chat/completions', body: sent, headers: { authorization: 'Bearer sk-up' } })
+  const b = await ex.body
+  t.ok(b !== null && b.bytes.equals(Buffer.from(JSON.stringify(sent))), 'exact bytes')
+  t.same(b?.json, sent)
+  t.equal(b?.directiveText, 'hi\n' + DIRECTIVE)
+  t.equal(b?.endpoint, 'chat.completions')
+  const count = nextExchange(sim)
+  await rawRequest(sim.url, { path: '/v1/messages/count_tokens', body: { model: 'm', messages: sent.messages }, headers: { 'x-api-key': 'sk-up' } })
+  t.equal((await count.body)?.directiveText, null, 'count_tokens reads no directive')
+  const bad = nextExchange(sim)
+  await rawRequest(sim.url, { path: '/v1/responses', body: 'not json', headers: { authorization: 'Bearer sk-up' } })
+  const badBody = await bad.body
+  t.equal(badBody?.json, undefined)
+  t.equal(badBody?.bytes.toString(), 'not json')
+  const refused = nextExchange(sim)
+  await rawRequest(sim.url, { path: '/v1/responses', body: { model: 'm', input: 'x' } })
+  t.equal(await refused.body, null, 'refused before the body (401): no body event')
+  t.equal((await refused.end).status, 401)
 })
