@@ -19,6 +19,8 @@
 //     output_item.done
 //   tool_search_call items (`call=tool_search`; execution "client", arguments an object):
 //     output_item.added (arguments {}), output_item.done (the arguments)
+//   web_search_call items (`call=web_search`, a hosted tool): output_item.added,
+//     web_search_call.in_progress, .searching, .completed, output_item.done (action search)
 //   response.completed                                        (output + usage)
 // Truncations: `args` completes normally with the cut arguments; `length` / `filter` skip the
 // cut item's arguments/input .done, mark it status "incomplete" and end with response.incomplete
@@ -120,10 +122,25 @@ function callItem(tool: ToolCall, status: string, full: boolean): string {
   if (tool.kind === 'custom') {
     return `{"id":"${tool.itemId}","type":"custom_tool_call","status":"${status}","call_id":"${callId(tool)}","name":${JSON.stringify(tool.name)},"input":${full ? JSON.stringify(tool.args) : '""'}}`
   }
+  if (tool.kind === 'web_search') {
+    const action = full ? `,"action":{"type":"search","query":${JSON.stringify(searchQuery(tool.args))}}` : ''
+    return `{"id":"${tool.itemId}","type":"web_search_call","status":"${status}"${action}}`
+  }
   if (tool.kind === 'tool_search') {
     return `{"id":"${tool.itemId}","type":"tool_search_call","status":"${status}","call_id":"${callId(tool)}","execution":"client","arguments":${full ? searchArguments(tool.args) : '{}'}}`
   }
   return functionItem(tool, status, full ? JSON.stringify(tool.args) : '""')
+}
+
+/** The query of a web search call: `query` of its arguments, else the argument text. */
+function searchQuery(args: string): string {
+  try {
+    const v: unknown = JSON.parse(args)
+    if (typeof v === 'object' && v !== null && typeof (v as Record<string, unknown>).query === 'string') return (v as Record<string, string>).query
+  } catch {
+    // cut or forced arguments: the text itself
+  }
+  return args
 }
 
 /** tool_search_call arguments are a JSON value, not a string: the text when it is JSON. */
@@ -227,6 +244,11 @@ function stream(script: Script): FramePlan {
       plan.add(tool.chunks.length, (c, seq) => named('response.function_call_arguments.delta', `{"type":"response.function_call_arguments.delta","sequence_number":${seq},${ref},"delta":"${tool.chunks[c]}"}`))
     } else if (tool.kind === 'custom') {
       plan.add(tool.chunks.length, (c, seq) => named('response.custom_tool_call_input.delta', `{"type":"response.custom_tool_call_input.delta","sequence_number":${seq},${ref},"delta":"${tool.chunks[c]}"}`))
+    } else if (tool.kind === 'web_search') {
+      for (const phase of ['in_progress', 'searching', 'completed']) {
+        if (phase === 'completed' && !tool.complete) break
+        plan.one(seq => named(`response.web_search_call.${phase}`, `{"type":"response.web_search_call.${phase}","sequence_number":${seq},"output_index":${oi},"item_id":"${tool.itemId}"}`))
+      }
     }
     if (!tool.complete && script.truncate === 'eof') return plan
     if (tool.complete || !isEarlyStop(script.truncate)) {

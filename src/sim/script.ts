@@ -27,9 +27,10 @@ const SPACED = WORDS.map(w => ' ' + w)
 
 /**
  * What kind of call the provider makes: an ordinary function call (every protocol), or, on
- * Responses, a `custom_tool_call` (freeform input) or a `tool_search_call`.
+ * Responses, a `custom_tool_call` (freeform input) or a `tool_search_call`, or a hosted web
+ * search (Responses `web_search_call`, Anthropic `server_tool_use` + `web_search_tool_result`).
  */
-export type ToolKind = 'function' | 'custom' | 'tool_search'
+export type ToolKind = 'function' | 'custom' | 'tool_search' | 'web_search'
 
 export interface ToolCall {
   readonly name: string
@@ -260,7 +261,7 @@ interface ToolSpec {
   readonly namespace: string | null
 }
 
-const ITEM_PREFIX: Readonly<Record<ToolKind, string>> = { function: 'fc_', custom: 'ctc_', tool_search: 'tsc_' }
+const ITEM_PREFIX: Readonly<Record<ToolKind, string>> = { function: 'fc_', custom: 'ctc_', tool_search: 'tsc_', web_search: 'ws_' }
 
 const SYNTHETIC_TOOL: ToolSpec = {
   name: 'get_weather',
@@ -293,15 +294,26 @@ function functionSpec(name: string, schema: unknown, namespace: string | null = 
 
 /**
  * Every tool a `call=` may name: the declared function tools and, on Responses, the functions
- * inside `namespace` tools (called with their namespace), `custom` tools and `tool_search`.
+ * inside `namespace` tools (called with their namespace), `custom` tools, `tool_search` and the
+ * hosted `web_search`; on Anthropic, the `web_search_*` server tool.
  */
 export function offeredTools(protocol: SimProtocol, request: Record<string, unknown>): ToolSpec[] {
-  if (protocol !== 'openai-responses') return declaredTools(protocol, request)
+  if (protocol === 'openai-chat') return declaredTools(protocol, request)
+  if (protocol === 'anthropic') {
+    const out = declaredTools(protocol, request)
+    for (const tool of Array.isArray(request.tools) ? (request.tools as unknown[]) : []) {
+      if (isObject(tool) && typeof tool.type === 'string' && tool.type.startsWith('web_search_')) {
+        out.push({ name: typeof tool.name === 'string' ? tool.name : 'web_search', schema: WEB_SEARCH_SCHEMA, kind: 'web_search', namespace: null })
+      }
+    }
+    return out
+  }
   const out: ToolSpec[] = []
   if (!Array.isArray(request.tools)) return out
   for (const tool of request.tools as unknown[]) {
     if (!isObject(tool)) continue
     if (tool.type === 'function' && typeof tool.name === 'string') out.push(functionSpec(tool.name, tool.parameters))
+    else if (tool.type === 'web_search' || tool.type === 'web_search_preview') out.push({ name: 'web_search', schema: WEB_SEARCH_SCHEMA, kind: 'web_search', namespace: null })
     else if (tool.type === 'custom' && typeof tool.name === 'string') out.push({ name: tool.name, schema: null, kind: 'custom', namespace: null })
     else if (tool.type === 'tool_search') out.push({ name: 'tool_search', schema: tool.parameters ?? TOOL_SEARCH_SCHEMA, kind: 'tool_search', namespace: null })
     else if (tool.type === 'namespace' && typeof tool.name === 'string' && Array.isArray(tool.tools)) {
@@ -314,6 +326,7 @@ export function offeredTools(protocol: SimProtocol, request: Record<string, unkn
 }
 
 const TOOL_SEARCH_SCHEMA = { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] }
+const WEB_SEARCH_SCHEMA = TOOL_SEARCH_SCHEMA
 
 /**
  * The offered tool a `call=NAME` means, so one directive works on the client's protocol and

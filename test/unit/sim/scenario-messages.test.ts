@@ -52,6 +52,24 @@ t.test('call= picks the request\'s tools; tool_use input fits each schema', asyn
   t.same(json.content.flatMap(b => (b.type === 'tool_use' ? [[b.name, b.input]] : [])), uses.map(u => [u.name, u.input]), 'non-streaming: the same calls')
 })
 
+t.test('call=web_search: a server_tool_use and its web_search_tool_result; not a tool_use stop', async t => {
+  const withSearch = { tools: [...tools, { type: 'web_search_20250305', name: 'web_search', max_uses: 3 }] }
+  const { message } = await streamed('#sim tokens=1 call=web_search', withSearch)
+  t.same(message.content.map(b => b.type), ['text', 'server_tool_use', 'web_search_tool_result'])
+  t.equal(message.stop_reason, 'end_turn', 'a server tool is not a client tool call')
+  const use = message.content[1] as Json
+  const result = message.content[2] as Json
+  t.match(use.id, /^srvtoolu_[0-9a-z]{24}$/)
+  t.same(use.input, { query: 'sim' })
+  t.equal(result.tool_use_id, use.id)
+  t.equal(result.content[0].type, 'web_search_result')
+  t.equal((message.usage as Json).server_tool_use?.web_search_requests, 1)
+  const both = await client.messages.create(body('#sim tokens=0 call=web_search,Bash', false, withSearch) as any)
+  t.same(both.content.map(b => b.type), ['server_tool_use', 'web_search_tool_result', 'tool_use'])
+  t.equal(both.stop_reason, 'tool_use')
+  t.same(streamProblems('anthropic', (await raw('#sim tokens=0 call=web_search,Bash', true, withSearch)).body), [])
+})
+
 t.test('args=none: a no-argument call has no input deltas and input {}', async t => {
   const r = events((await raw('#sim tokens=0 call=get_goal args=none')).body)
   t.notOk(r.some(e => e.type === 'content_block_delta'), 'no input_json_delta')

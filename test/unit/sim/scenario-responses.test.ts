@@ -80,6 +80,19 @@ t.test('call= picks function, custom, tool_search and namespaced tools the reque
   t.equal((json.output[3] as Json).namespace, 'multi_agent_v1')
 })
 
+t.test('call=web_search: a hosted web_search_call item with its status events', async t => {
+  const { events, final } = await streamed('#sim tokens=1 call=web_search')
+  t.same(final.output.map(o => o.type), ['message', 'web_search_call'])
+  const ws = final.output[1] as Json
+  t.match(ws.id, /^ws_[0-9a-z]{24}$/)
+  t.equal(ws.status, 'completed')
+  t.same(ws.action, { type: 'search', query: 'sim' })
+  t.same(events.filter(e => e.type.startsWith('response.web_search_call.')).map(e => e.type), ['response.web_search_call.in_progress', 'response.web_search_call.searching', 'response.web_search_call.completed'])
+  t.same(streamProblems('openai-responses', (await raw('#sim tokens=1 call=web_search')).body), [])
+  const json = await client.responses.create(request('#sim tokens=0 call=web_search', false) as any)
+  t.same(json.output.map(o => o.type), ['web_search_call'])
+})
+
 t.test('call= names resolve by namespace and suffix; an unknown name is still called, with {}', async t => {
   const { final } = await streamed('#sim tokens=0 call=wait_agent,nope_tool tools=3')
   t.same((final.output as Json[]).map(o => [o.name, o.namespace ?? null]), [['wait_agent', 'multi_agent_v1'], ['nope_tool', null], ['wait_agent', 'multi_agent_v1']], 'tools=3 cycles through the named calls')
