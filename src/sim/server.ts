@@ -31,6 +31,7 @@ import type { Renderer } from './protocol.ts'
 import { responses } from './responses.ts'
 import { seedFrom } from './rng.ts'
 import { parseScenario, STREAM_ERROR_ROWS, streamErrorBody } from './scenario.ts'
+import { strictRefusal } from './strict.ts'
 import { buildScript, SIM_CREATED, type Script } from './script.ts'
 
 export interface SimOptions {
@@ -44,6 +45,11 @@ export interface SimOptions {
   models?: readonly string[]
   /** Largest request body accepted (413 above). Default 64 MiB. */
   maxBodyBytes?: number
+  /**
+   * Refuse replayed reasoning as the providers do (strict.ts): missing thinking on an Anthropic
+   * tool turn, signatures / encrypted_content this sim did not issue. Default false.
+   */
+  strict?: boolean
 }
 
 export type SimEndpoint = 'chat.completions' | 'responses' | 'messages' | 'messages.count_tokens' | 'models' | 'model' | 'unknown'
@@ -340,6 +346,10 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
 
     const protocol = r.protocol as SimProtocol
     const renderer = r.renderer as Renderer
+    if (opts.strict === true) {
+      const refusal = strictRefusal(protocol, body)
+      if (refusal !== null) return send(ex, refusal.status, refusal.body)
+    }
     const userText = lastUserText(protocol, body)
     const directive = parseDirective(userText)
     const seed = seedFrom(raw)
