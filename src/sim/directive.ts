@@ -5,6 +5,8 @@
 //   line   = *WSP "#sim" *( 1*WSP token ) *WSP
 //   token  = key [ "=" value ]          a bare key means key=1 (e.g. `parallel`)
 //   key    = ttft | tokens | interval | tools | parallel | fault | at | size | bytes | thinking
+//          | call | args | truncate | error | redacted | cached | reasoning_tokens
+//          | reasoning_content | stagger          (the scenario keys: see scenario.ts)
 //
 // Numbers are non-negative decimal integers; a malformed number is ignored (the default
 // stays), a large one is clamped to the limit below. When the text holds several `#sim`
@@ -84,19 +86,25 @@ const DIRECTIVE_LINE = /^[ \t]*#sim(?:[ \t]+(.*))?$/gm
 /** Applies every `#sim` line in `text` over the defaults. */
 export function parseDirective(text: string | null): SimDirective {
   const d: SimDirective = { ...DEFAULT_DIRECTIVE }
-  if (text === null || !text.includes('#sim')) return d
+  for (const [key, value] of directiveTokens(text)) apply(d, key, value)
+  return d
+}
+
+/**
+ * Every `key=value` token of every `#sim` line in `text`, in order (a bare key gives value
+ * "1"). Shared by `parseDirective` and the scenario keys of scenario.ts.
+ */
+export function* directiveTokens(text: string | null): Generator<[key: string, value: string], void, undefined> {
+  if (text === null || !text.includes('#sim')) return
   for (const m of text.matchAll(DIRECTIVE_LINE)) {
     const rest = m[1]
     if (rest === undefined) continue
     for (const token of rest.split(/\s+/)) {
       if (token === '') continue
       const eq = token.indexOf('=')
-      const key = eq < 0 ? token : token.slice(0, eq)
-      const value = eq < 0 ? '1' : token.slice(eq + 1)
-      apply(d, key, value)
+      yield eq < 0 ? [token, '1'] : [token.slice(0, eq), token.slice(eq + 1)]
     }
   }
-  return d
 }
 
 function apply(d: SimDirective, key: string, value: string): void {

@@ -1,8 +1,11 @@
 // The simulated model provider (`sluice sim`, and the embedded default upstream).
 export { startSim, DEFAULT_MODELS } from './server.ts'
-export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimEndEvent, SimBodyEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
+export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimBodyEvent, SimEndEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
 export { parseDirective, lastUserText, DEFAULT_DIRECTIVE, FAULTS, LIMITS } from './directive.ts'
 export type { SimDirective, SimFault, SimProtocol } from './directive.ts'
+export { parseScenario, DEFAULT_SCENARIO, SCENARIO_LIMITS, STREAM_ERRORS, STREAM_ERROR_ROWS, TRUNCATIONS, RATE_LIMIT_RETRY } from './scenario.ts'
+export type { SimScenario, SimStreamError, SimTruncation } from './scenario.ts'
+export { SIM_PATCH, SIM_COMMAND } from './script.ts'
 export { SIM_CREATED } from './script.ts'
 export { MALFORMED_MARK, ERROR_EVENT_MESSAGE } from './protocol.ts'
 export { SIM_ERRORS, errorBody } from './errors.ts'

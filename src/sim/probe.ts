@@ -2,7 +2,7 @@
 // SDK would hide or retry. Used by the sim's own tests; usable against the gateway too.
 
 import { request, type IncomingHttpHeaders } from 'node:http'
-import type { Sim, SimEndEvent, SimRequestEvent } from './server.ts'
+import type { Sim, SimBodyEvent, SimEndEvent, SimRequestEvent } from './server.ts'
 
 export interface RawResponse {
   /** 0 when no response head arrived. */
@@ -137,24 +137,36 @@ export function parseSse(body: string | Buffer): SseFrame[] {
 export function nextExchange(
   sim: Pick<Sim, 'events'>,
   match: (e: SimRequestEvent) => boolean = () => true,
-): { request: Promise<SimRequestEvent>; end: Promise<SimEndEvent> } {
+): { request: Promise<SimRequestEvent>; body: Promise<SimBodyEvent | null>; end: Promise<SimEndEvent> } {
   let resolveEnd!: (e: SimEndEvent) => void
+  let resolveBody!: (e: SimBodyEvent | null) => void
   const end = new Promise<SimEndEvent>(resolve => {
     resolveEnd = resolve
+  })
+  const body = new Promise<SimBodyEvent | null>(resolve => {
+    resolveBody = resolve
   })
   const request = new Promise<SimRequestEvent>(resolve => {
     const onRequest = (e: SimRequestEvent): void => {
       if (!match(e)) return
       sim.events.off('request', onRequest)
       resolve(e)
+      const onBody = (b: SimBodyEvent): void => {
+        if (b.id !== e.id) return
+        sim.events.off('body', onBody)
+        resolveBody(b)
+      }
       const onEnd = (x: SimEndEvent): void => {
         if (x.id !== e.id) return
         sim.events.off('end', onEnd)
+        sim.events.off('body', onBody)
+        resolveBody(null) // no-op when the body was seen
         resolveEnd(x)
       }
+      sim.events.on('body', onBody)
       sim.events.on('end', onEnd)
     }
     sim.events.on('request', onRequest)
   })
-  return { request, end }
+  return { request, body, end }
 }

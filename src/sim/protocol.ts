@@ -1,6 +1,7 @@
 // What each wire protocol module provides to the server.
 
 import type { FramePlan } from './frames.ts'
+import type { SimStreamError } from './scenario.ts'
 import type { Script } from './script.ts'
 
 export interface Renderer {
@@ -16,6 +17,11 @@ export interface Renderer {
   malformed(seq: number): string
   /** This protocol's own in-stream error event. */
   errorEvent(seq: number): string
+  /**
+   * The in-stream provider error of `error=KIND`, as the provider sends it (Chat error frame,
+   * Responses `response.failed`, Anthropic `event: error`).
+   */
+  streamError(script: Script, kind: SimStreamError, seq: number): string
 }
 
 /** Where the oversize delta goes, given the index of the first text-delta frame. */

@@ -14,8 +14,9 @@
 //   completed     the sim wrote the whole response and Node flushed it;
 //   client-closed the client went away first (including during ttft, a stall or backpressure);
 //   fault         the sim itself ended the exchange abnormally: reset, status-503/429,
-//                 cut-mid-stream, error-event. (malformed-frame and oversize-frame streams
-//                 continue to the end and report completed.)
+//                 cut-mid-stream, error-event, `error=`, `truncate=eof`. (malformed-frame and
+//                 oversize-frame streams continue to the end and report completed, as do
+//                 truncate=args and truncate=length, which end with a proper terminal.)
 
 import { timingSafeEqual } from 'node:crypto'
 import { EventEmitter } from 'node:events'
@@ -29,6 +30,8 @@ import { messages } from './messages.ts'
 import type { Renderer } from './protocol.ts'
 import { responses } from './responses.ts'
 import { seedFrom } from './rng.ts'
+import { parseScenario, STREAM_ERROR_ROWS, streamErrorBody } from './scenario.ts'
+import { strictRefusal } from './strict.ts'
 import { buildScript, SIM_CREATED, type Script } from './script.ts'
 
 export interface SimOptions {
@@ -42,6 +45,11 @@ export interface SimOptions {
   models?: readonly string[]
   /** Largest request body accepted (413 above). Default 64 MiB. */
   maxBodyBytes?: number
+  /**
+   * Refuse replayed reasoning as the providers do (strict.ts): missing thinking on an Anthropic
+   * tool turn, signatures / encrypted_content this sim did not issue. Default false.
+   */
+  strict?: boolean
 }
 
 export type SimEndpoint = 'chat.completions' | 'responses' | 'messages' | 'messages.count_tokens' | 'models' | 'model' | 'unknown'
@@ -78,8 +86,24 @@ export interface SimStats {
   faults: number
 }
 
-/** The parsed JSON body of a model request (after the request event), for tests to inspect. */
-export interface SimBodyEvent { id: number; protocol: SimProtocol; body: Record<string, unknown> }
+/**
+ * The request body as the sim received it (POST routes, once read; not for requests refused
+ * before the body, e.g. 401). Lets a test check what a gateway sent upstream (a translated
+ * request) and which directive text the sim read from it.
+ */
+export interface SimBodyEvent {
+  id: number
+  path: string
+  endpoint: SimEndpoint
+  /** The protocol of the route; null for /v1/models and unknown routes. */
+  protocol: SimProtocol | null
+  /** The exact bytes. */
+  bytes: Buffer
+  /** The parsed JSON, undefined when the body is not JSON. */
+  json: unknown
+  /** The last user turn's text the directive is read from (generation routes); else null. */
+  directiveText: string | null
+}
 
 export interface SimEvents {
   request: [SimRequestEvent]
@@ -315,15 +339,23 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     } catch {
       body = undefined
     }
+    if (events.listenerCount('body') > 0) {
+      const generation = r.renderer !== null && r.protocol !== null && isObject(body)
+      events.emit('body', { id: ex.id, path, endpoint: r.endpoint, protocol: r.protocol, bytes: raw, json: body, directiveText: generation ? lastUserText(r.protocol as SimProtocol, body) : null })
+    }
     if (!isObject(body)) return sendError(ex, r.family, 'invalid_request')
     if (r.endpoint === 'messages.count_tokens') return send(ex, 200, JSON.stringify({ input_tokens: Math.max(1, Math.ceil(raw.length / 4)) }))
 
     const protocol = r.protocol as SimProtocol
     const renderer = r.renderer as Renderer
-    if (events.listenerCount('body') > 0) events.emit('body', { id: ex.id, protocol, body })
-    const directive = parseDirective(lastUserText(protocol, body))
+    if (opts.strict === true) {
+      const refusal = strictRefusal(protocol, body)
+      if (refusal !== null) return send(ex, refusal.status, refusal.body)
+    }
+    const userText = lastUserText(protocol, body)
+    const directive = parseDirective(userText)
     const seed = seedFrom(raw)
-    const script = buildScript(protocol, body, raw.length, seed, directive)
+    const script = buildScript(protocol, body, raw.length, seed, directive, parseScenario(userText))
     const idHeader = r.family === 'anthropic' ? 'request-id' : 'x-request-id'
     const idHeaders = { [idHeader]: 'req_sim' + seed.hex.slice(0, 24) }
 
@@ -382,8 +414,11 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
   const res = ex.res
   const d = script.directive
   const plan = renderer.stream(script)
-  const fault = d.fault === 'cut-mid-stream' || d.fault === 'malformed-frame' || d.fault === 'stall' || d.fault === 'error-event' ? d.fault : null
-  const at = fault === null ? -1 : Math.min(d.at ?? Math.floor(plan.total / 2), plan.total)
+  const streamError = d.fault === null ? script.scenario.error : null
+  const fault = d.fault === 'cut-mid-stream' || d.fault === 'malformed-frame' || d.fault === 'stall' || d.fault === 'error-event' ? d.fault : streamError !== null ? 'error-event' : null
+  let at = fault === null ? -1 : Math.min(d.at ?? Math.floor(plan.total / 2), plan.total)
+  // A Responses stream always opens with response.created; response.failed comes after it.
+  if (streamError !== null && script.protocol === 'openai-responses' && at === 0) at = 1
   ex.status = 200
   res.writeHead(200, { ...SSE_HEADERS, ...headers })
 
@@ -414,7 +449,7 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
         ex.eventsSent++
         return true
       case 'error-event':
-        batch += renderer.errorEvent(seq)
+        batch += streamError !== null ? renderer.streamError(script, streamError, seq) : renderer.errorEvent(seq)
         ex.eventsSent++
         ex.faulted = true
         if (await flush()) res.end()
@@ -448,6 +483,8 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
     if ((d.interval > 0 || batch.length >= BATCH_BYTES) && !(await flush())) return
   }
   if (i === at && !(await fire(i))) return
+  // truncate=eof: the plan stopped short of its terminal; the HTTP response still ends cleanly.
+  if (script.truncate === 'eof') ex.faulted = true
   if (await flush()) res.end()
 }
 
@@ -476,6 +513,26 @@ async function jsonResponse(ex: Exchange, renderer: Renderer, script: Script, he
   const head = (length: number): void => {
     ex.status = 200
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(length), ...headers })
+  }
+  const error = script.scenario.error
+  if (d.fault === null && error !== null) {
+    // error=KIND, not streaming: the provider's HTTP error in its own format.
+    ex.faulted = true
+    const family: ErrorFamily = script.protocol === 'anthropic' ? 'anthropic' : 'openai'
+    const row = STREAM_ERROR_ROWS[error]
+    const err = streamErrorBody(family, error)
+    ex.status = family === 'anthropic' ? row.anthropicStatus : row.openaiStatus
+    res.writeHead(ex.status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(err)), ...headers, ...row.headers })
+    res.end(err)
+    return
+  }
+  if (d.fault === null && script.truncate === 'eof') {
+    // Not streaming: a complete HTTP response whose JSON stops half-way.
+    ex.faulted = true
+    const cut = body.subarray(0, body.length >> 1)
+    head(cut.length)
+    res.end(cut)
+    return
   }
   switch (d.fault) {
     case 'error-event': {

@@ -9,7 +9,7 @@ import t from 'tap'
 import { KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 import { claudeBlocks, runClaude } from './agents.ts'
-import { reasoningReplays, toolCallIds, toolResultIds } from './wire.ts'
+import { bodyOf, reasoningReplays, toolCallIds, toolResultIds } from './wire.ts'
 
 const PROTOCOLS = ['anthropic', 'openai-chat', 'openai-responses'] as const
 
@@ -40,10 +40,10 @@ for (const protocol of PROTOCOLS) {
       t.equal(final?.is_error, false, 'not an error')
 
       // What reached the provider: the main loop's two requests, streaming, in its protocol.
-      const bodies = rig.bodies.slice(before).filter((b) => JSON.stringify(b.body).includes('#sim tools=1 call=Bash'))
+      const bodies = rig.bodies.slice(before).filter((b) => b.directiveText !== null && JSON.stringify(bodyOf(b)).includes('#sim tools=1 call=Bash'))
       t.equal(bodies.length, 2, 'the call and the result: two model requests (no fallback retry)')
       t.ok(bodies.length > 0 && bodies.every((b) => b.protocol === protocol), `in the provider's protocol (${protocol})`)
-      t.ok(bodies.length > 0 && bodies.every((b) => b.body.stream === true), 'both streaming (no non-streaming fallback)')
+      t.ok(bodies.length > 0 && bodies.every((b) => bodyOf(b).stream === true), 'both streaming (no non-streaming fallback)')
       const second = bodies[1]
       if (second) {
         t.same(toolResultIds(second), toolCallIds(second), 'the result travels under its call\'s id')

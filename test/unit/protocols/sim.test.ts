@@ -180,3 +180,32 @@ t.test('the default 1 MiB cap against the sim default oversize frame (1.5 MiB)',
   t.ok(r.oversize[0] > 1024 * 1024)
   t.equal(r.frames[r.frames.length - 1], 'data: [DONE]', 'resynchronised to the end')
 })
+
+t.test('the scenario streams (call=, reasoning, truncate=, error=) as the tracker sees them', async t => {
+  for (const protocol of PROTOCOLS) {
+    const whole = feed(protocol, await stream(protocol, '#sim tokens=2 call=read_file,read_file thinking=2 redacted=1 reasoning_content cached=9 reasoning_tokens=4'), { chunk: 'random' })
+    t.equal(whole.verdict.ok, true, `${protocol}: named calls with reasoning validate`)
+    t.equal(whole.verdict.terminal, 'completed')
+    t.notOk(whole.classes.includes('malformed'))
+    const length = feed(protocol, await stream(protocol, '#sim tokens=0 call=read_file truncate=length'))
+    t.equal(length.verdict.terminal, 'incomplete', `${protocol}: a length stop is an incomplete terminal`)
+    const eof = feed(protocol, await stream(protocol, '#sim tokens=0 call=read_file truncate=eof'), { chunk: 'random' })
+    t.equal(eof.verdict.ok, false)
+    t.equal(eof.verdict.terminal, null)
+    t.equal(eof.verdict.failure?.code, 'provider_protocol_error')
+    t.match(eof.verdict.failure?.message, /without a terminal/)
+    for (const [kind, code, providerField] of [
+      ['rate_limit', 'provider_rate_limited', protocol === 'anthropic' ? 'rate_limit_error' : 'rate_limit_exceeded'],
+      ['overloaded', 'provider_unavailable', protocol === 'anthropic' ? 'overloaded_error' : 'server_is_overloaded'],
+      ['context_length', 'provider_error', protocol === 'anthropic' ? 'invalid_request_error' : 'context_length_exceeded'],
+    ] as const) {
+      const r = feed(protocol, await stream(protocol, `#sim tokens=4 error=${kind} at=3`))
+      const f = r.verdict.failure
+      t.equal(r.verdict.ok, false, `${protocol} error=${kind}`)
+      t.equal(f?.inBand, true, 'the error is already in the stream')
+      t.equal(f?.frame, 3)
+      t.equal(f?.code, code, `${protocol} error=${kind} -> ${code}`)
+      t.equal(protocol === 'anthropic' ? f?.providerError?.type : f?.providerError?.code, providerField)
+    }
+  }
+})
