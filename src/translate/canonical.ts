@@ -149,7 +149,14 @@ export type CanonicalEvent =
   | { type: 'usage'; usage: Usage }
   | { type: 'finish'; stop: StopReason; usage?: Usage }
   /** A provider failure (in-band error event, truncation, malformed call). Last event. */
-  | { type: 'error'; code: string; message: string; providerType?: string; retryAfterSeconds?: number }
+  | {
+    type: 'error'; code: string; message: string; providerType?: string; retryAfterSeconds?: number
+    /**
+     * The provider's own error code, when it sent one (`context_length_exceeded`,
+     * `insufficient_quota`, ...): client encoders map it onto the field their clients act on.
+     */
+    providerCode?: string
+  }
 
 export type ItemStart =
   | { kind: 'text' }
@@ -178,7 +185,8 @@ export interface TranslationBudget {
 export class CountingBudget implements TranslationBudget {
   held = { tool_arguments: 0, item: 0, output: 0 }
   peak = 0
-  constructor (readonly maxBytes = Number.POSITIVE_INFINITY) {}
+  readonly maxBytes: number
+  constructor (maxBytes = Number.POSITIVE_INFINITY) { this.maxBytes = maxBytes }
   charge (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
     const total = this.held.tool_arguments + this.held.item + this.held.output + bytes
     if (total > this.maxBytes) {
