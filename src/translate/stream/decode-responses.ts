@@ -102,9 +102,10 @@ export class ResponsesDecoder {
         if (item.type === 'function_call') {
           const name = typeof item.name === 'string' ? item.name : ''
           if (name === '') return e.fail('provider_protocol_error', 'a function_call item has no name')
-          const wire = typeof item.namespace === 'string' && e.lookup(name) === undefined ? item.namespace + '__' + name : name
-          e.startCall(callId, wire)
-          if (typeof item.namespace === 'string' && e.call !== null && e.call.namespace === undefined) e.call.namespace = item.namespace
+          // A Responses provider may keep the namespace itself (the request encoder sent it natively).
+          const known = e.lookup(name)
+          if (typeof item.namespace === 'string' && known === undefined) e.startCall(callId, name, { identity: { kind: 'function', name, namespace: item.namespace } })
+          else e.startCall(callId, name)
         } else if (item.type === 'custom_tool_call') {
           e.startCall(callId, typeof item.name === 'string' ? item.name : 'custom', { kind: 'custom', rawInput: true })
         } else e.startCall(callId, 'tool_search', { kind: 'tool_search' as ToolKind })

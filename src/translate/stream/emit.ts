@@ -240,8 +240,8 @@ export class Emitter {
   }
 
   /** Opens a tool call that streams live (Messages, Responses providers). */
-  startCall (callId: string, wire: string, o: { kind?: ToolKind; rawInput?: boolean } = {}): void {
-    const id = this.identify(wire)
+  startCall (callId: string, wire: string, o: { kind?: ToolKind; rawInput?: boolean; identity?: ToolIdentity } = {}): void {
+    const id = o.identity ?? this.identify(wire)
     const kind = o.kind ?? id.kind
     const rawInput = o.rawInput === true
     const call: OpenCall = { kind, callId, name: id.name, rawInput, unwrap: kind === 'custom' && !rawInput ? new InputUnwrapper() : null }

@@ -137,3 +137,82 @@ export async function settle<T> (p: Promise<T>): Promise<{ value?: T; error?: an
     return { error }
   }
 }
+
+/** Cuts s into pieces of n characters. */
+export function pieces (s: string, n: number): string[] {
+  const out: string[] = []
+  for (let i = 0; i < s.length; i += n) out.push(s.slice(i, i + n))
+  return out.length === 0 ? [''] : out
+}
+
+export interface ScriptCall { id: string; name: string; args: string }
+
+/**
+ * A Chat provider stream: optional reasoning_content, text, then tool calls — interleaved
+ * (fragment k of every call before fragment k+1 of any, id/name on each call's first) or one
+ * after another — then finish_reason, a usage chunk and [DONE] (each part can be left out).
+ */
+export function chatFrames (o: { id?: string; reasoning?: string; text?: string; calls?: ScriptCall[]; interleave?: boolean; piece?: number; finish?: string | null; usage?: boolean; done?: boolean }): Frame[] {
+  const id = o.id ?? 'chatcmpl-test1'
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null): Frame => ({ event: null, data: { id, object: 'chat.completion.chunk', created: 1796000000, model: 'gpt-x', choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] } })
+  const frames: Frame[] = [chunk({ role: 'assistant', content: '' })]
+  const n = o.piece ?? 7
+  if (o.reasoning !== undefined) for (const p of pieces(o.reasoning, n)) frames.push(chunk({ reasoning_content: p }))
+  if (o.text !== undefined) for (const p of pieces(o.text, n)) frames.push(chunk({ content: p }))
+  const calls = o.calls ?? []
+  const split = calls.map(c => pieces(c.args, n))
+  const first = (i: number, c: ScriptCall, args: string): Frame => chunk({ tool_calls: [{ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: args } }] })
+  const more = (i: number, args: string): Frame => chunk({ tool_calls: [{ index: i, function: { arguments: args } }] })
+  if (o.interleave === true) {
+    const longest = Math.max(0, ...split.map(s => s.length))
+    for (let k = 0; k < longest; k++) {
+      for (let i = 0; i < calls.length; i++) {
+        if (k < split[i].length) frames.push(k === 0 ? first(i, calls[i], split[i][0]) : more(i, split[i][k]))
+      }
+    }
+  } else {
+    for (let i = 0; i < calls.length; i++) split[i].forEach((p, k) => frames.push(k === 0 ? first(i, calls[i], p) : more(i, p)))
+  }
+  const finish = o.finish === undefined ? (calls.length > 0 ? 'tool_calls' : 'stop') : o.finish
+  if (finish !== null) frames.push(chunk({}, finish))
+  if (o.usage !== false) frames.push({ event: null, data: { id, object: 'chat.completion.chunk', created: 1796000000, model: 'gpt-x', choices: [], usage: { prompt_tokens: 40, completion_tokens: 12, total_tokens: 52, prompt_tokens_details: { cached_tokens: 8 }, completion_tokens_details: { reasoning_tokens: 3 } } } })
+  if (o.done !== false) frames.push({ event: null, data: '[DONE]' })
+  return frames
+}
+
+/** An Anthropic provider stream: blocks in order, message_delta with `stop`, message_stop. */
+export function messagesFrames (o: { thinking?: { text: string; signature: string }; redacted?: string; text?: string; calls?: ScriptCall[]; stop?: string; piece?: number; terminal?: boolean }): Frame[] {
+  const ev = (event: string, data: Record<string, unknown>): Frame => ({ event, data: { type: event, ...data } })
+  const n = o.piece ?? 9
+  const frames: Frame[] = [ev('message_start', { message: { id: 'msg_test1', type: 'message', role: 'assistant', model: 'claude-x', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 30, cache_creation_input_tokens: 2, cache_read_input_tokens: 8, output_tokens: 1 } } })]
+  let index = 0
+  if (o.thinking !== undefined) {
+    frames.push(ev('content_block_start', { index, content_block: { type: 'thinking', thinking: '', signature: '' } }))
+    for (const p of pieces(o.thinking.text, n)) frames.push(ev('content_block_delta', { index, delta: { type: 'thinking_delta', thinking: p } }))
+    frames.push(ev('content_block_delta', { index, delta: { type: 'signature_delta', signature: o.thinking.signature } }))
+    frames.push(ev('content_block_stop', { index }))
+    index++
+  }
+  if (o.redacted !== undefined) {
+    frames.push(ev('content_block_start', { index, content_block: { type: 'redacted_thinking', data: o.redacted } }))
+    frames.push(ev('content_block_stop', { index }))
+    index++
+  }
+  if (o.text !== undefined) {
+    frames.push(ev('content_block_start', { index, content_block: { type: 'text', text: '' } }))
+    for (const p of pieces(o.text, n)) frames.push(ev('content_block_delta', { index, delta: { type: 'text_delta', text: p } }))
+    frames.push(ev('content_block_stop', { index }))
+    index++
+  }
+  for (const c of o.calls ?? []) {
+    frames.push(ev('content_block_start', { index, content_block: { type: 'tool_use', id: c.id, name: c.name, input: {} } }))
+    for (const p of c.args === '' ? [] : pieces(c.args, n)) frames.push(ev('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: p } }))
+    frames.push(ev('content_block_stop', { index }))
+    index++
+  }
+  if (o.terminal !== false) {
+    frames.push(ev('message_delta', { delta: { stop_reason: o.stop ?? ((o.calls ?? []).length > 0 ? 'tool_use' : 'end_turn'), stop_sequence: null }, usage: { output_tokens: 12 } }))
+    frames.push(ev('message_stop', {}))
+  }
+  return frames
+}
