@@ -84,7 +84,7 @@ export class ChatDecoder {
       for (const tc of tcs) {
         if (!isObj(tc)) continue
         if (e.open !== -1) e.closeOpen()
-        const idx = typeof tc.index === 'number' ? tc.index : this.#calls.size
+        const idx = typeof tc.index === 'number' ? tc.index : this.#indexOf(tc)
         let p = this.#calls.get(idx)
         if (p === undefined) {
           if (this.#calls.size >= e.limits.maxOutputItems) {
@@ -105,6 +105,20 @@ export class ChatDecoder {
         }
       }
     }
+  }
+
+  /**
+   * A fragment without `index` (some compatible providers): a new call when it brings an id
+   * not seen yet, else a continuation of the latest call.
+   */
+  #indexOf (tc: Record<string, unknown>): number {
+    let last = -1
+    for (const [i, p] of this.#calls) {
+      if (typeof tc.id === 'string' && tc.id !== '' && p.id === tc.id) return i
+      if (i > last) last = i
+    }
+    if (last === -1 || (typeof tc.id === 'string' && tc.id !== '')) return last + 1
+    return last
   }
 
   /** finish_reason: the open item ends, the buffered calls go out one after another. */

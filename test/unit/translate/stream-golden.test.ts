@@ -294,3 +294,17 @@ t.test('InputUnwrapper: layouts it does not follow stop the live output (the who
   t.same(c.ofType('delta').map(d => d.text), ['PATCH'])
   t.ok(budget.idle)
 })
+
+t.test('chat: fragments without index (compatible providers) still make whole calls', async t => {
+  const chunk = (tc: Record<string, unknown>): Frame => ({ event: null, data: { id: 'x', model: 'm', choices: [{ index: 0, delta: { tool_calls: [tc] }, finish_reason: null }] } })
+  const frames: Frame[] = [
+    chunk({ id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"a":' } }),
+    chunk({ function: { arguments: '1}' } }),
+    chunk({ id: 'call_b', type: 'function', function: { name: 'f', arguments: '{}' } }),
+    { event: null, data: { id: 'x', choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] } },
+    { event: null, data: '[DONE]' },
+  ]
+  const { c, budget } = decode('openai-chat', frames, { tools: [fn('f')] })
+  t.same(ended(c.events).map(e => e.item.kind === 'tool_call' && [e.item.call.callId, e.item.call.arguments]), [['call_a', '{"a":1}'], ['call_b', '{}']])
+  t.ok(budget.idle)
+})
