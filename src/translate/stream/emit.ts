@@ -154,14 +154,15 @@ export class Emitter {
 
   /**
    * Runs a decoder step; a SluiceError from a cap or the budget (output_too_large,
-   * storage_budget_exhausted) becomes the stream's `error` with that code.
+   * storage_budget_exhausted) becomes the stream's `error` with that code, anything else
+   * (a defect) `internal_error`: the client gets a truthful failure, never a torn stream.
    */
   guard (step: () => void): void {
     try {
       step()
     } catch (err) {
       if (err instanceof SluiceError) this.fail(err.code, err.message)
-      else throw err
+      else this.fail('internal_error', `stream translation failed: ${err instanceof Error ? err.message : String(err)}`)
     }
   }
 

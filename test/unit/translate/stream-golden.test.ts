@@ -120,6 +120,18 @@ t.test('chat: a no-argument call finalises as {}', async t => {
   t.ok(budget.idle)
 })
 
+t.test('messages and responses: a no-argument call finalises as {} too', async t => {
+  let r = decode('anthropic', messagesFrames({ calls: [{ id: 'toolu_0', name: 'get_goal', args: '' }] }), { tools: [fn('get_goal')] })
+  t.equal((ended(r.c.events)[0].item as any).call.arguments, '{}')
+  t.equal(text(r.c.events, 0), '{}')
+  t.ok(r.budget.idle)
+  const frames = fixtureFrames('sdk-openai7-04-response.sse').filter(f => f.event !== 'response.function_call_arguments.delta')
+  for (const f of frames) if (f.event === 'response.output_item.done') (f.data as any).item.arguments = ''
+  r = decode('openai-responses', frames, { tools: [fn('get_weather')] })
+  t.equal((ended(r.c.events)[0].item as any).call.arguments, '{}')
+  t.ok(r.budget.idle)
+})
+
 t.test('chat: truncated and malformed calls are never ended', async t => {
   const cases: Array<[string, Frame[]]> = [
     ['invalid JSON at finish', chatFrames({ calls: [{ id: 'a', name: 'f', args: '{"a":1}' }, { id: 'b', name: 'f', args: '{"path":"/x' }] })],

@@ -9,7 +9,7 @@ import OpenAI from 'openai'
 import Anthropic from '@anthropic-ai/sdk'
 import { buildFailureRecord, signRecord, verifyRecord, type FailureRecord } from '../../../src/sse/sign.ts'
 import { isErrorCode } from '../../../src/errors.ts'
-import { unwrapOpaque } from '../../../src/translate/envelope.ts'
+import { opaqueFor, unwrapOpaque } from '../../../src/translate/envelope.ts'
 import { parseAnthropicThinkingOpaque, parseOpenaiReasoningOpaque } from '../../../src/translate/reasoning.ts'
 import type { Protocol, ToolDef } from '../../../src/translate/canonical.ts'
 import { chatFrames, fixtureFrames, fn, messagesFrames, request, run, serve, settle, type Frame, type Run, type ScriptCall } from './helpers.ts'
@@ -157,6 +157,9 @@ t.test('responses client <- anthropic: thinking + signature round-trip through e
   const env = unwrapOpaque(rs.encrypted_content)
   t.equal(env?.issuer, 'anthropic:prov-a', 'scoped to the issuing provider')
   t.same(parseAnthropicThinkingOpaque(env!.data), { thinking: thinking.text, signature: thinking.signature }, 'byte-exact thinking and signature')
+  // What the request side does when Codex replays the item: only the issuer gets it back.
+  t.same(parseAnthropicThinkingOpaque(opaqueFor(env!, 'anthropic:prov-a') ?? ''), { thinking: thinking.text, signature: thinking.signature })
+  t.equal(opaqueFor(env!, 'anthropic:prov-b'), null, 'another provider never gets it')
   t.same(parseAnthropicThinkingOpaque(unwrapOpaque(rd.encrypted_content)!.data), { redacted: 'REDACTED==' })
   t.equal(rd.summary.length, 0)
   t.equal(final.output[3].call_id, 'toolu_1')
