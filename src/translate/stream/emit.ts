@@ -293,6 +293,11 @@ export class Emitter {
         return false
       }
       args = r.args
+      if (call.unwrap !== null && call.unwrap.emitted && call.unwrap.length !== args.length) {
+        // e.g. a second "input" key: what went out live is not the input JSON.parse reads
+        this.fail('provider_protocol_error', `the arguments of custom tool call ${call.name} are ambiguous (the streamed input differs from the parsed one)`)
+        return false
+      }
       if (call.kind === 'custom' && call.unwrap !== null && !call.unwrap.emitted && args.length > 0) {
         this.emit({ type: 'delta', index: this.open, text: args })
       } else if (call.kind === 'tool_search' && args.length > 0) {

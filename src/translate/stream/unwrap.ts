@@ -19,8 +19,9 @@ export class InputUnwrapper {
   live = true
   /** True once the closing quote of the input string was read. */
   closed = false
-  /** True once any decoded text was returned. */
+  /** True once any decoded text was returned; `length` counts its UTF-16 units. */
   emitted = false
+  length = 0
   #step = 0 // index in PRE
   #lit = 0 // chars of PRE[#step] matched so far
   #esc = '' // a pending escape: '\\', '\\u', '\\u12', ...
@@ -97,7 +98,10 @@ export class InputUnwrapper {
         text = text.slice(0, -1)
       }
     }
-    if (text.length > 0) this.emitted = true
+    if (text.length > 0) {
+      this.emitted = true
+      this.length += text.length
+    }
     return text
   }
 }

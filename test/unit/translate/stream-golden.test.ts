@@ -320,3 +320,10 @@ t.test('chat: fragments without index (compatible providers) still make whole ca
   t.same(ended(c.events).map(e => e.item.kind === 'tool_call' && [e.item.call.callId, e.item.call.arguments]), [['call_a', '{"a":1}'], ['call_b', '{}']])
   t.ok(budget.idle)
 })
+
+t.test('custom: a streamed input that differs from the parsed one (a second "input" key) fails', async t => {
+  const { c, budget } = decode('anthropic', messagesFrames({ calls: [{ id: 't', name: 'apply_patch', args: '{"input":"first","input":"second!"}' }] }), { tools: [{ kind: 'custom', name: 'apply_patch', wireName: 'apply_patch' }] })
+  t.match(c.last, { type: 'error', code: 'provider_protocol_error', message: /ambiguous/ })
+  t.notOk(c.events.some(e => e.type === 'item_end'))
+  t.ok(budget.idle)
+})
