@@ -81,7 +81,8 @@ export class Collector implements EventSink {
         if (d.kind === 'text') content.push({ type: 'text', text: d.text })
         else if (d.kind === 'reasoning') {
           const thinking = d.text !== '' ? d.text : d.summary.join('\n\n')
-          content.push({ type: 'thinking', thinking, signature: d.opaque !== undefined ? wrapOpaque(d.opaque) : '' })
+          if (thinking === '' && d.opaque !== undefined) content.push({ type: 'redacted_thinking', data: wrapOpaque(d.opaque) })
+          else content.push({ type: 'thinking', thinking, signature: d.opaque !== undefined ? wrapOpaque(d.opaque) : '' })
         } else content.push({ type: 'tool_use', id: d.call.callId, name: d.call.name, input: JSON.parse(d.call.arguments === '' ? '{}' : d.call.arguments) })
       }
       body = { id: messageId(this.id), type: 'message', role: 'assistant', model, content, stop_reason: anthropicStop(stop), stop_sequence: null, usage: anthropicUsage(this.usage) }

@@ -7,7 +7,9 @@
 //     text       text_delta
 //     reasoning  a thinking block: thinking_delta (summary parts joined by a blank line),
 //                then, when the provider issued an opaque (OpenAI encrypted_content), one
-//                signature_delta carrying it in a sluice envelope (envelope.ts)
+//                signature_delta carrying it in a sluice envelope (envelope.ts); an item
+//                with an opaque and no text at all: a redacted_thinking block, `data` the
+//                envelope
 //     tool call  tool_use {id, name, input: {}}: input_json_delta
 //   then one message_delta (stop_reason, usage) and message_stop; or the signed `event: error`.
 
@@ -52,6 +54,8 @@ export class MessagesEncoder implements StreamEncoder {
   #kind: 'text' | 'thinking' | 'tool' | null = null
   #index = -1
   #summaryPart = -1
+  /** For a reasoning item: its block was started (by its first text). */
+  #blockOpen = true
   error: ErrorEvent | null = null
   finished = false
   usage: Usage | null = null
@@ -79,9 +83,12 @@ export class MessagesEncoder implements StreamEncoder {
           this.#kind = 'text'
           this.#frame('content_block_start', `,"index":${e.index},"content_block":{"type":"text","text":""}`)
         } else if (it.kind === 'reasoning') {
+          // Its block starts with the first text: a reasoning item with no text at all but an
+          // opaque becomes a redacted_thinking block (clients keep and replay those verbatim;
+          // an empty thinking block may be dropped, and the opaque with it).
           this.#kind = 'thinking'
           this.#summaryPart = -1
-          this.#frame('content_block_start', `,"index":${e.index},"content_block":{"type":"thinking","thinking":"","signature":""}`)
+          this.#blockOpen = false
         } else {
           this.#kind = 'tool'
           this.#frame('content_block_start', `,"index":${e.index},"content_block":{"type":"tool_use","id":${J(it.callId)},"name":${J(it.name)},"input":{}}`)
@@ -90,20 +97,27 @@ export class MessagesEncoder implements StreamEncoder {
       }
       case 'delta':
         if (this.#kind === 'text') this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"text_delta","text":${J(e.text)}}`)
-        else if (this.#kind === 'thinking') this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"thinking_delta","thinking":${J(e.text)}}`)
+        else if (this.#kind === 'thinking') {
+          this.#thinkingStart()
+          this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"thinking_delta","thinking":${J(e.text)}}`)
+        }
         else if (this.#kind === 'tool') this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"input_json_delta","partial_json":${J(e.text)}}`)
         return
       case 'summary_delta': {
         if (this.#kind !== 'thinking') return
         const sep = this.#summaryPart !== -1 && e.summaryIndex !== this.#summaryPart ? '\n\n' : ''
         this.#summaryPart = e.summaryIndex
+        this.#thinkingStart()
         this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"thinking_delta","thinking":${J(sep + e.text)}}`)
         return
       }
       case 'item_end': {
         const it = e.item
-        if (it.kind === 'reasoning' && it.opaque !== undefined) {
-          this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"signature_delta","signature":${J(wrapOpaque(it.opaque))}}`)
+        if (it.kind === 'reasoning' && !this.#blockOpen && it.opaque !== undefined) {
+          this.#frame('content_block_start', `,"index":${this.#index},"content_block":{"type":"redacted_thinking","data":${J(wrapOpaque(it.opaque))}}`)
+        } else if (it.kind === 'reasoning') {
+          this.#thinkingStart()
+          if (it.opaque !== undefined) this.#frame('content_block_delta', `,"index":${this.#index},"delta":{"type":"signature_delta","signature":${J(wrapOpaque(it.opaque))}}`)
         }
         this.#frame('content_block_stop', `,"index":${this.#index}`)
         this.#kind = null
@@ -121,6 +135,12 @@ export class MessagesEncoder implements StreamEncoder {
       case 'error':
         this.error = e
     }
+  }
+
+  #thinkingStart (): void {
+    if (this.#blockOpen) return
+    this.#blockOpen = true
+    this.#frame('content_block_start', `,"index":${this.#index},"content_block":{"type":"thinking","thinking":"","signature":""}`)
   }
 
   failureTail (record: FailureRecord, signature: string): Buffer {

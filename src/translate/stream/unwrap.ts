@@ -24,7 +24,7 @@ export class InputUnwrapper {
   length = 0
   #step = 0 // index in PRE
   #lit = 0 // chars of PRE[#step] matched so far
-  #esc = '' // a pending escape: '\\', '\\u', '\\u12', ...
+  #esc = '' // a pending escape, at most 6 characters: '\\', '\\u', '\\u12', ...
   #high = '' // a held high surrogate (its low half has not come yet)
 
   /** The decoded input text this fragment completes ('' when none). */

@@ -257,6 +257,18 @@ t.test('messages client <- responses provider: OpenAI reasoning carried in the t
   t.ok(r.budget.idle)
 })
 
+t.test('messages client <- responses provider: reasoning with only encrypted_content -> redacted_thinking carrying it', async t => {
+  const frames = fixtureFrames('codex-tool-reasoning-parallel-01-response.sse').filter(f => !f.event?.startsWith('response.reasoning_summary'))
+  for (const f of frames) if (f.event === 'response.output_item.done' && (f.data as any).item.type === 'reasoning') (f.data as any).item.summary = []
+  const r = translate('openai-responses', 'anthropic', frames, [fn('exec_command')])
+  const { events, final, error } = await messagesRun(r.bytes)
+  t.equal(error, undefined, `${error?.message}`)
+  nesting(t, events)
+  t.same(final.content.map((b: any) => b.type), ['redacted_thinking', 'tool_use', 'tool_use'])
+  t.same(parseOpenaiReasoningOpaque(unwrapOpaque(final.content[0].data)!.data), { id: 'rs_xy2v80mzi3lwsgr1d7vj', encrypted_content: 'gAAAAABmockEncryptedReasoningBlob==' })
+  t.ok(r.budget.idle)
+})
+
 t.test('messages client <- chat provider: text, 32 interleaved calls, max_tokens stop', async t => {
   const calls: ScriptCall[] = Array.from({ length: 32 }, (_, i) => ({ id: `call_${i}`, name: 'Bash', args: JSON.stringify({ command: `echo ${i}` }) }))
   let r = translate('openai-chat', 'anthropic', chatFrames({ reasoning: 'thinking...', text: 'Let me run these.', calls, interleave: true, piece: 3 }), [fn('Bash')])
