@@ -216,3 +216,8 @@ export function messagesFrames (o: { thinking?: { text: string; signature: strin
   }
   return frames
 }
+
+/** The JSON data of every frame of an SSE body (for reading what an encoder sent). */
+export function parseSse (bytes: Buffer): any[] {
+  return parseSseText(bytes.toString('utf8')).filter(f => f.data !== '[DONE]').map(f => JSON.parse(f.data))
+}
