@@ -25,7 +25,9 @@ function isQuota (e: ErrorEvent): boolean {
 export interface OpenaiErrorFields { errorCode: string; errorType?: string; messageSuffix?: string }
 
 export function openaiErrorFields (e: ErrorEvent): OpenaiErrorFields {
-  const retry = e.retryAfterSeconds !== undefined ? ` Please try again in ${e.retryAfterSeconds}s.` : undefined
+  // Codex reads the delay from "Please try again in <n>s" in the message: add it unless the
+  // provider's own message (which the canonical message quotes) already says it.
+  const retry = e.retryAfterSeconds !== undefined && !/try again in/i.test(e.message) ? ` Please try again in ${e.retryAfterSeconds}s.` : undefined
   let f: OpenaiErrorFields
   if (isQuota(e)) f = { errorCode: 'insufficient_quota', errorType: 'insufficient_quota' }
   else if (e.code === 'provider_rate_limited') f = { errorCode: 'rate_limit_exceeded', errorType: 'requests' }

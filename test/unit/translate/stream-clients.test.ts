@@ -9,12 +9,13 @@
 import t from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { spawn } from 'node:child_process'
 import { CountingBudget, type CanonicalRequest, type Protocol, type ToolDef } from '../../../src/translate/canonical.ts'
 import { createStreamTranslator } from '../../../src/translate/stream/index.ts'
+import { buildFailureRecord, signRecord, type FailureRecord } from '../../../src/sse/sign.ts'
 import { chatFrames, messagesFrames, parseSse, type Frame } from './helpers.ts'
 
 const BIN = new URL('../../../node_modules/.bin/', import.meta.url).pathname
@@ -150,5 +151,60 @@ t.test('Claude Code: Bash from a translated Responses stream with reasoning; the
   t.equal(thinking?.signature, sentSignature, 'Claude Code replays the signature (our envelope) byte-exact')
   t.equal(thinking?.thinking, 'I should write the file with Bash.')
   t.match(assistant.content.find((b: any) => b.type === 'tool_use'), { id: 'call_cc1', name: 'Bash' })
+  t.ok(budget.idle)
+})
+
+/** A translated stream that fails, with its signed failure tail, as the worker will write it. */
+function failing (from: Protocol, to: Protocol, tools: ToolDef[], frames: Frame[], budget: CountingBudget): Buffer {
+  const request: CanonicalRequest = { client: to, model: 'm', stream: true, system: [], messages: [], tools, droppedTools: [] }
+  const tr = createStreamTranslator({ from, to, request, budget, issuer: `${from}:prov` })
+  const out: Buffer[] = []
+  for (const f of frames) out.push(...tr.push(f.event, f.data))
+  out.push(...tr.end())
+  const f = tr.failure
+  if (f === null) throw new Error('expected a failure')
+  const record = buildFailureRecord({ code: f.code as FailureRecord['code'], message: f.message, exchangeId: 'ex', runId: null, provider: 'prov', model: 'm', framesRelayed: 0, bytesRelayed: 0, usage: null, partial: true })
+  out.push(tr.failureTail(record, signRecord(record, Buffer.from('sluice-test-signing-key-32-bytes'))))
+  return Buffer.concat(out)
+}
+
+t.test('Codex CLI: a length stop inside a call is never run; rate limit and context window read from error.code', async t => {
+  const tools: ToolDef[] = [{ kind: 'function', name: 'exec_command', wireName: 'exec_command' }]
+  const providerError = (code: string, message: string): Frame[] => [...chatFrames({ text: 'a', finish: null, usage: false, done: false }), { event: null, data: { error: { message, type: 'invalid_request_error', code } } }]
+  const cases: Array<[string, Frame[], RegExp]> = [
+    // complete-looking arguments, but the provider said length: running it would create ran.txt
+    ['length inside a call', chatFrames({ text: 'Creating.', calls: [{ id: 'call_x', name: 'exec_command', args: '{"cmd":"touch ran.txt"}' }], finish: 'length' }), /stream disconnected before completion: sluice provider_protocol_error/],
+    ['rate limit', providerError('rate_limit_exceeded', 'Rate limit reached. Please try again in 1s.'), /rate limit exceeded: sluice provider_rate_limited/],
+    ['context window', providerError('context_length_exceeded', 'maximum context length is 1000 tokens'), /ran out of room in the model's context window/],
+  ]
+  for (const [name, frames, message] of cases) {
+    const budget = new CountingBudget()
+    const srv = await serveTurns((_b, req) => req.url?.endsWith('/responses') === true ? failing('openai-chat', 'openai-responses', tools, frames, budget) : null)
+    const home = mkdtempSync(join(tmpdir(), 'sluice-codex-home-'))
+    const work = mkdtempSync(join(tmpdir(), 'sluice-codex-work-'))
+    writeFileSync(join(home, 'config.toml'), `model = "gpt-5.5"\nmodel_provider = "sluice"\n[model_providers.sluice]\nname = "sluice"\nbase_url = "${srv.url}/v1"\nenv_key = "SLUICE_KEY"\nwire_api = "responses"\nstream_max_retries = 1\nrequest_max_retries = 0\n`)
+    const r = await runClient('codex', ['exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', 'go'], work, { CODEX_HOME: home, SLUICE_KEY: 'sk-test', HOME: home })
+    await srv.close()
+    t.not(r.code, 0, `${name}: codex failed`)
+    t.match(r.stdout + r.stderr, message, `${name}: ${message}`)
+    t.notOk(existsSync(join(work, 'ran.txt')), `${name}: no call ran`)
+    t.ok(budget.idle, `${name}: budget idle`)
+    rmSync(home, { recursive: true, force: true })
+    rmSync(work, { recursive: true, force: true })
+  }
+})
+
+t.test('Claude Code: a length stop inside a Bash call is an API error mid-response, the call never runs', async t => {
+  const budget = new CountingBudget()
+  const tools: ToolDef[] = [{ kind: 'function', name: 'Bash', wireName: 'Bash' }]
+  const srv = await serveTurns(body => body.stream === true ? failing('openai-chat', 'anthropic', tools, chatFrames({ text: 'Creating.', calls: [{ id: 'call_x', name: 'Bash', args: '{"command":"touch ran.txt"}' }], finish: 'length' }), budget) : null)
+  t.teardown(srv.close)
+  const home = mkdtempSync(join(tmpdir(), 'sluice-claude-home-'))
+  const work = mkdtempSync(join(tmpdir(), 'sluice-claude-work-'))
+  t.teardown(() => { rmSync(home, { recursive: true, force: true }); rmSync(work, { recursive: true, force: true }) })
+  const r = await runClient('claude', ['-p', 'go', '--allowedTools', 'Bash', '--model', 'claude-opus-5-5'], work, { HOME: home, ANTHROPIC_BASE_URL: srv.url, ANTHROPIC_API_KEY: 'sk-test', CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1' })
+  t.not(r.code, 0)
+  t.match(r.stdout, /API Error/)
+  t.notOk(existsSync(join(work, 'ran.txt')), 'the cut call never ran')
   t.ok(budget.idle)
 })
