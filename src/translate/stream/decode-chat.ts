@@ -97,10 +97,12 @@ export class ChatDecoder {
         const f = tc.function
         if (isObj(f)) {
           if (typeof f.name === 'string' && f.name !== '' && p.name === '') p.name = f.name
-          if (typeof f.arguments === 'string' && f.arguments !== '') {
-            const n = Buffer.byteLength(f.arguments)
+          // Some compatible providers send the arguments as an object instead of JSON text.
+          const a = typeof f.arguments === 'string' ? f.arguments : isObj(f.arguments) ? JSON.stringify(f.arguments) : ''
+          if (a !== '') {
+            const n = Buffer.byteLength(a)
             e.count(n)
-            p.args.add(f.arguments, n)
+            p.args.add(a, n)
           }
         }
       }

@@ -327,3 +327,11 @@ t.test('custom: a streamed input that differs from the parsed one (a second "inp
   t.notOk(c.events.some(e => e.type === 'item_end'))
   t.ok(budget.idle)
 })
+
+t.test('chat: arguments sent as an object (compatible providers) are kept, not lost', async t => {
+  const c = new EventSequenceChecker()
+  const budget = new CountingBudget()
+  chatFromJson({ id: 'c', choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [{ id: 'call_o', type: 'function', function: { name: 'f', arguments: { a: [1, 2] } } }] }, finish_reason: 'tool_calls' }] }, { sink: c, budget, issuer: 'x:y', lookup: toolLookup([fn('f')]) })
+  t.equal((ended(c.events)[0].item as any).call.arguments, '{"a":[1,2]}')
+  t.ok(budget.idle)
+})
