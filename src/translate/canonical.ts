@@ -104,6 +104,8 @@ export interface CanonicalRequest {
   client: Protocol
   model: string
   stream: boolean
+  /** Chat clients: `stream_options.include_usage` (the usage chunk before [DONE]). */
+  includeUsage?: boolean
   /** system / developer / instructions, in order. */
   system: Array<{ role: 'system' | 'developer'; text: string }>
   messages: Message[]

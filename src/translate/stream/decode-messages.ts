@@ -98,7 +98,13 @@ export class MessagesDecoder {
             if (typeof d.text === 'string') e.delta(d.text, true)
             return
           case 'thinking':
-            if (d.type === 'signature_delta') { if (typeof d.signature === 'string') this.#sig.add(d.signature) } else if (typeof d.thinking === 'string') e.delta(d.thinking, true)
+            if (d.type === 'signature_delta') {
+              if (typeof d.signature === 'string') {
+                const n = Buffer.byteLength(d.signature)
+                e.count(n)
+                this.#sig.add(d.signature, n)
+              }
+            } else if (typeof d.thinking === 'string') e.delta(d.thinking, true)
             return
           case 'tool':
             if (typeof d.partial_json === 'string') e.callDelta(d.partial_json)

@@ -47,7 +47,7 @@ export interface TranslatorOptions {
   limits?: TranslateLimits
   /** Wire name -> the client's tool; default: from request.tools (names.ts builds the wire names). */
   lookup?: ToolLookup
-  /** Chat clients: stream_options.include_usage. */
+  /** Chat clients: stream_options.include_usage (default: request.includeUsage). */
   includeUsage?: boolean
 }
 
@@ -93,7 +93,8 @@ function decoderOptions (o: TranslatorOptions, sink: EventSink): DecoderOptions 
 
 export function createStreamTranslator (o: TranslatorOptions): StreamTranslator {
   const eo: EncoderOptions = { request: o.request, budget: o.budget }
-  if (o.includeUsage !== undefined) eo.includeUsage = o.includeUsage
+  const includeUsage = o.includeUsage ?? o.request.includeUsage
+  if (includeUsage !== undefined) eo.includeUsage = includeUsage
   const enc = encoder(o.to, eo)
   const dec = decoder(o.from, decoderOptions(o, enc))
   let tailed = false

@@ -56,3 +56,16 @@ t.test('translateJson: a cap or a broken answer is an error, the budget idle', a
   t.match(r3, { ok: true, body: { object: 'response', status: 'completed', output: [{ type: 'message', content: [{ type: 'output_text', text: 'x'.repeat(1000) }] }] } })
   t.ok(budget.idle)
 })
+
+t.test('a Chat client gets the usage chunk when its request asked (request.includeUsage)', async t => {
+  for (const includeUsage of [true, false]) {
+    const budget = new CountingBudget()
+    const tr = createStreamTranslator({ from: 'anthropic', to: 'openai-chat', request: { ...request('openai-chat'), includeUsage }, budget, issuer: 'x:y' })
+    const out: Buffer[] = []
+    for (const f of messagesFrames({ text: 'hi' })) out.push(...tr.push(f.event, f.data))
+    const text = Buffer.concat(out).toString()
+    t.equal(/"choices":\[\],"usage":\{"prompt_tokens":40/.test(text), includeUsage, `includeUsage ${includeUsage}`)
+    t.match(text, /data: \[DONE\]\n\n$/)
+    t.ok(budget.idle)
+  }
+})
