@@ -80,8 +80,6 @@ export class Held {
   }
 }
 
-export type CallFailure = { code: 'provider_protocol_error'; message: string }
-
 /** The result of completing a tool call's arguments: the canonical `arguments`, or why not. */
 export function finalArguments (kind: ToolKind, raw: string, name: string): { ok: true; args: string; input?: string } | { ok: false; message: string } {
   const text = raw.trim()
@@ -265,7 +263,7 @@ export class Emitter {
     const n = Buffer.byteLength(fragment)
     this.count(n)
     this.args.add(fragment, n)
-    if (call.kind === 'function') this.emit({ type: 'delta', index: this.open, text: fragment })
+    if (call.kind === 'function' || call.kind === 'hosted') this.emit({ type: 'delta', index: this.open, text: fragment })
     else if (call.kind === 'custom') {
       if (call.unwrap === null) this.emit({ type: 'delta', index: this.open, text: fragment })
       else {
@@ -302,7 +300,7 @@ export class Emitter {
         this.emit({ type: 'delta', index: this.open, text: args })
       } else if (call.kind === 'tool_search' && args.length > 0) {
         this.emit({ type: 'delta', index: this.open, text: args })
-      } else if (call.kind === 'function' && raw.trim() === '') {
+      } else if ((call.kind === 'function' || call.kind === 'hosted') && raw.trim() === '') {
         this.emit({ type: 'delta', index: this.open, text: args })
       }
     }
