@@ -335,3 +335,41 @@ t.test('chat: arguments sent as an object (compatible providers) are kept, not l
   t.equal((ended(c.events)[0].item as any).call.arguments, '{"a":[1,2]}')
   t.ok(budget.idle)
 })
+
+t.test('every cut of a stream: finish only when whole; a call ends only complete; budget idle', async t => {
+  const calls: ScriptCall[] = [
+    { id: 'call_a', name: 'f', args: JSON.stringify({ path: '/a', n: 1 }) },
+    { id: 'call_b', name: 'f', args: JSON.stringify({ path: '/bb', deep: { x: [1, 2, 3] } }) },
+    { id: 'call_c', name: 'f', args: '' },
+  ]
+  const streams: Array<[Protocol, Frame[]]> = [
+    ['openai-chat', chatFrames({ reasoning: 'r', text: 'some text', calls, interleave: true, piece: 4 })],
+    ['anthropic', messagesFrames({ thinking: { text: 'th', signature: 'sig' }, text: 'some text', calls, piece: 4 })],
+    ['openai-responses', fixtureFrames('codex-tool-reasoning-parallel-01-response.sse')],
+  ]
+  const full = new Map<string, string>(calls.map(c => [c.id, c.args === '' ? '{}' : c.args]))
+  for (const f of fixtureFrames('codex-tool-reasoning-parallel-01-response.sse')) {
+    const item = (f.data as any).item
+    if (f.event === 'response.output_item.done' && item.type === 'function_call') full.set(item.call_id, item.arguments)
+  }
+  for (const [from, frames] of streams) {
+    let finished = 0
+    for (let k = 0; k <= frames.length; k++) {
+      const { c, budget } = decode(from, frames.slice(0, k), { tools: [fn('f'), fn('exec_command')] })
+      const last = c.last
+      if (k === frames.length) t.equal(last?.type, 'finish', `${from}: the whole stream finishes`)
+      else if (last?.type !== 'error') {
+        t.fail(`${from}: cut after ${k} of ${frames.length} frames ended with ${last?.type}`)
+        continue
+      }
+      if (last?.type === 'finish') finished++
+      for (const e of ended(c.events)) {
+        if (e.item.kind === 'tool_call') {
+          if (e.item.call.arguments !== full.get(e.item.call.callId)) t.fail(`${from}: cut at ${k}: call ${e.item.call.callId} ended incomplete`)
+        }
+      }
+      if (!budget.idle) t.fail(`${from}: cut at ${k}: budget not idle`)
+    }
+    t.equal(finished, 1, `${from}: only the whole stream finished (of ${frames.length + 1} cuts)`)
+  }
+})
