@@ -142,10 +142,10 @@ export function inspect (frame: Uint8Array): FrameFacts {
 /** The signed failure as Chat's own in-stream error: `data: {"error":{...}}`. */
 export function failureTail (record: FailureRecord, signature: string, ctx: TailContext = {}): Buffer {
   const error = {
-    message: tailMessage(record),
-    type: record.side === 'caller' ? 'invalid_request_error' : 'server_error',
+    message: tailMessage(record) + (ctx.messageSuffix ?? ''),
+    type: ctx.errorType ?? (record.side === 'caller' ? 'invalid_request_error' : 'server_error'),
     param: null,
-    code: record.code,
+    code: ctx.errorCode ?? record.code,
     sluice: { record, signature },
   }
   // No `data: [DONE]` after it: the openai SDK throws on the error frame and never reads

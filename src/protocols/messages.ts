@@ -71,9 +71,9 @@ export function inspect (frame: Uint8Array): FrameFacts {
   return facts
 }
 
-/** The signed failure as Messages' own `event: error`, error type `api_error`. */
+/** The signed failure as Messages' own `event: error`, error type `api_error` (or ctx.errorType). */
 export function failureTail (record: FailureRecord, signature: string, ctx: TailContext = {}): Buffer {
-  const body = { type: 'error', error: { type: 'api_error', message: tailMessage(record), sluice: { record, signature } } }
+  const body = { type: 'error', error: { type: ctx.errorType ?? 'api_error', message: tailMessage(record) + (ctx.messageSuffix ?? ''), sluice: { record, signature } } }
   return Buffer.from((ctx.closing ?? '') + 'event: error\ndata: ' + JSON.stringify(body) + '\n\n')
 }
 

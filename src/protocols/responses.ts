@@ -113,12 +113,13 @@ export function inspect (frame: Uint8Array): FrameFacts {
  *     response.created with a message of its own; on `error` it throws APIError(message).
  */
 export function failureTail (record: FailureRecord, signature: string, ctx: TailContext = {}): Buffer {
-  const message = tailMessage(record)
+  const message = tailMessage(record) + (ctx.messageSuffix ?? '')
   const sluice = { record, signature }
   const seq = ctx.sequenceNumber ?? 0
+  const code = ctx.errorCode ?? record.code
   let text: string
   if (ctx.responseId === undefined || ctx.responseId === null) {
-    const event = { type: 'error', sequence_number: seq, code: record.code, message, param: null, sluice }
+    const event = { type: 'error', sequence_number: seq, code, message, param: null, sluice }
     text = 'event: error\ndata: ' + JSON.stringify(event) + '\n\n'
   } else {
     const response = {
@@ -127,10 +128,10 @@ export function failureTail (record: FailureRecord, signature: string, ctx: Tail
       created_at: ctx.createdAt ?? Math.floor(Date.parse(record.at) / 1000),
       status: 'failed',
       background: false,
-      error: { code: record.code, message, sluice },
+      error: { code, message, sluice },
       incomplete_details: null,
       model: ctx.model ?? record.model,
-      output: [],
+      output: ctx.output ?? [],
       parallel_tool_calls: true,
       tool_choice: 'auto',
       tools: [],

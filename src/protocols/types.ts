@@ -57,6 +57,16 @@ export interface TailContext {
   model?: string | null
   /** Responses: `created_at` of the response (seconds). */
   createdAt?: number | null
+  // Translated routes only (src/translate/stream): the fields the client acts on. A
+  // same-protocol relay sets none of them and its tails are unchanged.
+  /** Responses / Chat: the error `code` (Codex reads context_length_exceeded, ...); default record.code. */
+  errorCode?: string
+  /** Messages / Chat: the error `type` (Claude Code reads overloaded_error, ...). */
+  errorType?: string
+  /** Appended to the tail's message (Codex reads "Please try again in 20s." on rate_limit_exceeded). */
+  messageSuffix?: string
+  /** Responses: the output items the stream completed, listed by response.failed. */
+  output?: unknown[]
 }
 
 export interface ProtocolInspector {

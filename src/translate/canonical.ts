@@ -104,6 +104,8 @@ export interface CanonicalRequest {
   client: Protocol
   model: string
   stream: boolean
+  /** Chat clients: `stream_options.include_usage` (the usage chunk before [DONE]). */
+  includeUsage?: boolean
   /** system / developer / instructions, in order. */
   system: Array<{ role: 'system' | 'developer'; text: string }>
   messages: Message[]
@@ -149,7 +151,14 @@ export type CanonicalEvent =
   | { type: 'usage'; usage: Usage }
   | { type: 'finish'; stop: StopReason; usage?: Usage }
   /** A provider failure (in-band error event, truncation, malformed call). Last event. */
-  | { type: 'error'; code: string; message: string; providerType?: string; retryAfterSeconds?: number }
+  | {
+    type: 'error'; code: string; message: string; providerType?: string; retryAfterSeconds?: number
+    /**
+     * The provider's own error code, when it sent one (`context_length_exceeded`,
+     * `insufficient_quota`, ...): client encoders map it onto the field their clients act on.
+     */
+    providerCode?: string
+  }
 
 export type ItemStart =
   | { kind: 'text' }

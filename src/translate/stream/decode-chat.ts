@@ -1,0 +1,190 @@
+// Chat Completions provider -> canonical events.
+//
+// Text (`delta.content`, `delta.refusal`) and reasoning (`delta.reasoning_content` /
+// `delta.reasoning`, as DeepSeek-, vLLM- and OpenRouter-style providers send it) stream live,
+// one item at a time. Tool calls cannot: a provider interleaves the fragments of parallel
+// calls by `index` (id and name on a call's first fragment, arguments after, in any order
+// across calls), so each call's fragments are kept apart and the calls are emitted at the
+// boundary (`finish_reason`) in index order, each complete: item_start, its arguments, item_end.
+// A call whose arguments are not valid JSON, a `length` stop with calls pending, or an end
+// without `finish_reason` + `[DONE]` is an `error`, never a completed call.
+
+import type { CanonicalRequest } from '../canonical.ts'
+import { Emitter, Held, toolLookup, type DecoderOptions, type ToolLookup } from './emit.ts'
+import { chatStop, chatUsage, isObj, providerFailure } from './common.ts'
+
+interface PendingCall { id: string; name: string; args: Held; order: number }
+
+export class ChatDecoder {
+  readonly e: Emitter
+  #calls = new Map<number, PendingCall>()
+  #stop: ReturnType<typeof chatStop> | null = null
+  #refusal = false
+
+  constructor (o: DecoderOptions) {
+    this.e = new Emitter(o)
+    const e = this.e
+    const calls = this.#calls
+    e.closeOpen = function closeOpen (): void {
+      if (this.openKind === 'text') this.closeText()
+      else if (this.openKind === 'reasoning') this.endItem({ kind: 'reasoning', text: this.text.take(), summary: [] })
+    }
+    const base = e.dispose.bind(e)
+    e.dispose = () => {
+      base()
+      for (const c of calls.values()) c.args.drop()
+      calls.clear()
+    }
+  }
+
+  /** One frame: its parsed data, or the string `[DONE]`. Chat frames have no event name. */
+  frame (event: string | null, data: unknown): void {
+    this.e.guard(() => this.#frame(event, data))
+  }
+
+  #frame (_event: string | null, data: unknown): void {
+    const e = this.e
+    if (e.ended) return
+    if (data === '[DONE]') return this.#done()
+    if (!isObj(data)) return e.fail('provider_protocol_error', 'a Chat stream frame is not a JSON object')
+    if (data.error !== undefined && data.error !== null) return providerFailure(e, data.error, 'error')
+    if (!e.started) e.begin(typeof data.id === 'string' ? data.id : 'chatcmpl', typeof data.model === 'string' ? data.model : '', typeof data.created === 'number' ? data.created : undefined)
+    const choices = data.choices
+    if (Array.isArray(choices) && choices.length > 0 && this.#stop === null) {
+      const c = choices.find(x => isObj(x) && (x.index === 0 || x.index === undefined)) ?? choices[0]
+      if (isObj(c)) {
+        const d = c.delta
+        if (isObj(d)) this.#delta(d)
+        if (e.ended) return
+        if (typeof c.finish_reason === 'string' && c.finish_reason !== '') this.#boundary(c.finish_reason)
+      }
+    }
+    if (e.ended) return
+    const u = chatUsage(data.usage)
+    if (u !== null) e.mergeUsage(u)
+  }
+
+  #delta (d: Record<string, unknown>): void {
+    const e = this.e
+    const reasoning = typeof d.reasoning_content === 'string' ? d.reasoning_content : typeof d.reasoning === 'string' ? d.reasoning : ''
+    if (reasoning !== '') {
+      if (e.openKind !== 'reasoning') { e.closeOpen(); e.startItem({ kind: 'reasoning' }) }
+      e.delta(reasoning, true)
+    }
+    const content = typeof d.content === 'string' ? d.content : ''
+    const refusal = typeof d.refusal === 'string' ? d.refusal : ''
+    if (refusal !== '') this.#refusal = true
+    if (content !== '' || refusal !== '') {
+      e.ensureText()
+      e.delta(content, true)
+      e.delta(refusal, true)
+    }
+    const tcs = d.tool_calls
+    if (Array.isArray(tcs)) {
+      for (const tc of tcs) {
+        if (!isObj(tc)) continue
+        if (e.open !== -1) e.closeOpen()
+        const idx = typeof tc.index === 'number' ? tc.index : this.#indexOf(tc)
+        let p = this.#calls.get(idx)
+        if (p === undefined) {
+          if (this.#calls.size >= e.limits.maxOutputItems) {
+            return e.fail('output_too_large', `the translated answer has more than limits.maxOutputItems (${e.limits.maxOutputItems}) items`)
+          }
+          p = { id: '', name: '', args: new Held(e.budget, 'tool_arguments'), order: this.#calls.size }
+          this.#calls.set(idx, p)
+        }
+        if (typeof tc.id === 'string' && tc.id !== '' && p.id === '') p.id = tc.id
+        const f = tc.function
+        if (isObj(f)) {
+          if (typeof f.name === 'string' && f.name !== '' && p.name === '') p.name = f.name
+          // Some compatible providers send the arguments as an object instead of JSON text.
+          const a = typeof f.arguments === 'string' ? f.arguments : isObj(f.arguments) ? JSON.stringify(f.arguments) : ''
+          if (a !== '') {
+            const n = Buffer.byteLength(a)
+            e.count(n)
+            p.args.add(a, n)
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * A fragment without `index` (some compatible providers): a new call when it brings an id
+   * not seen yet, else a continuation of the latest call.
+   */
+  #indexOf (tc: Record<string, unknown>): number {
+    let last = -1
+    for (const [i, p] of this.#calls) {
+      if (typeof tc.id === 'string' && tc.id !== '' && p.id === tc.id) return i
+      if (i > last) last = i
+    }
+    if (last === -1 || (typeof tc.id === 'string' && tc.id !== '')) return last + 1
+    return last
+  }
+
+  /** finish_reason: the open item ends, the buffered calls go out one after another. */
+  #boundary (reason: string): void {
+    const e = this.e
+    let stop = chatStop(reason)
+    if (this.#refusal && stop === 'end') stop = 'refusal'
+    e.closeOpen()
+    if (this.#calls.size > 0) {
+      if (stop === 'length') {
+        return e.fail('provider_protocol_error', `the provider stopped for its length limit (finish_reason length) inside ${this.#calls.size} tool call(s): their arguments are incomplete`)
+      }
+      const ordered = [...this.#calls.entries()].sort((a, b) => a[0] - b[0])
+      for (const [idx, p] of ordered) {
+        if (p.name === '') return e.fail('provider_protocol_error', `tool call ${idx} has no function name`)
+        const raw = p.args.take()
+        if (!e.wholeCall(p.id !== '' ? p.id : `call_${idx}`, p.name, raw)) return
+      }
+      this.#calls.clear()
+      if (stop === 'end') stop = 'tool_calls'
+    }
+    this.#stop = stop
+  }
+
+  #done (): void {
+    const e = this.e
+    if (this.#stop === null) {
+      return e.fail('provider_protocol_error', this.#calls.size > 0
+        ? 'the stream sent [DONE] inside a tool call (no finish_reason): its arguments are incomplete'
+        : 'the stream sent [DONE] without a finish_reason')
+    }
+    e.finish(this.#stop)
+  }
+
+  /** The provider's stream ended (EOF). */
+  end (): void {
+    const e = this.e
+    if (e.ended) return
+    e.guard(() => this.#end())
+  }
+
+  #end (): void {
+    const e = this.e
+    if (this.#stop !== null) return e.fail('provider_protocol_error', 'the stream ended after its finish_reason without [DONE]')
+    e.fail('provider_protocol_error', this.#calls.size > 0 || e.call !== null
+      ? 'the stream ended inside a tool call without a terminal: its arguments are incomplete'
+      : 'the stream ended without a terminal (no finish_reason, no [DONE])')
+  }
+}
+
+/** A non-streaming Chat answer -> the same canonical events. */
+export function chatFromJson (answer: unknown, o: DecoderOptions): void {
+  const d = new ChatDecoder(o)
+  const e = d.e
+  if (!isObj(answer)) return e.fail('provider_protocol_error', 'the provider answer is not a JSON object')
+  if (answer.error !== undefined && answer.error !== null) return providerFailure(e, answer.error, 'error')
+  const choice = Array.isArray(answer.choices) ? answer.choices[0] : undefined
+  if (!isObj(choice) || !isObj(choice.message)) return e.fail('provider_protocol_error', 'the provider answer has no choices[0].message')
+  const m = choice.message
+  const chunk: Record<string, unknown> = { id: answer.id, model: answer.model, created: answer.created, choices: [{ index: 0, delta: { reasoning_content: m.reasoning_content ?? m.reasoning, content: m.content, refusal: m.refusal, tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls.map((t, i) => isObj(t) ? { ...t, index: i } : t) : undefined }, finish_reason: typeof choice.finish_reason === 'string' ? choice.finish_reason : 'stop' }], usage: answer.usage }
+  d.frame(null, chunk)
+  d.frame(null, '[DONE]')
+}
+
+export function chatDecoder (request: CanonicalRequest, o: Omit<DecoderOptions, 'lookup'> & { lookup?: ToolLookup }): ChatDecoder {
+  return new ChatDecoder({ ...o, lookup: o.lookup ?? toolLookup(request.tools) })
+}

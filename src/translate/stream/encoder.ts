@@ -1,0 +1,47 @@
+// What the three client encoders share: the output queue, the retained-bytes accounting, the
+// failure handover to the worker.
+//
+// An encoder is an EventSink: canonical events in, the client protocol's SSE text out
+// (queued; `take()` hands it over as one Buffer per call). After an `error` event it writes
+// nothing: the worker builds the signed failure record (it has the exchange's identity and
+// the signing key), and `failureTail(record, signature)` renders it as the client protocol's
+// own error event, with the fields that client acts on (client-errors.ts).
+
+import type { FailureRecord } from '../../sse/sign.ts'
+import type { CanonicalEvent, CanonicalRequest, EventSink, TranslationBudget, Usage } from '../canonical.ts'
+import type { ErrorEvent } from './client-errors.ts'
+
+export interface EncoderOptions {
+  request: CanonicalRequest
+  budget: TranslationBudget
+  /** Chat clients: `stream_options.include_usage` (a usage chunk before [DONE]). */
+  includeUsage?: boolean
+}
+
+export interface StreamEncoder extends EventSink {
+  /** The client bytes written since the last call (one Buffer, or none). */
+  take (): Buffer[]
+  /** The stream's `error` event, once one came. */
+  readonly error: ErrorEvent | null
+  /** True once `finish` was rendered (the client's terminal went out). */
+  readonly finished: boolean
+  /** Usage seen so far (for the failure record). */
+  readonly usage: Usage | null
+  /** The client protocol's failure event for `error` (call once, after it came). */
+  failureTail (record: FailureRecord, signature: string): Buffer
+  /** Releases every byte the encoder holds (after a failure or an abort). */
+  dispose (): void
+}
+
+export class Output {
+  parts: string[] = []
+  push (s: string): void { this.parts.push(s) }
+  take (): Buffer[] {
+    const p = this.parts
+    if (p.length === 0) return []
+    this.parts = []
+    return [Buffer.from(p.length === 1 ? p[0] : p.join(''), 'utf8')]
+  }
+}
+
+export type { CanonicalEvent }
