@@ -17,6 +17,7 @@ import { SessionLanes } from './sessions.ts'
 import { Background, registerSessionRoutes, type SessionDeps } from './session-routes.ts'
 import { registerRpc } from './rpc.ts'
 import { EventRing } from '../src/events/ring.ts'
+import { ConversationStore } from '../src/state/store.ts'
 import { capabilities } from '../src/capabilities.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
@@ -27,6 +28,8 @@ export interface AppDeps {
   ledger: Ledger
   /** The session event ring's buffer (src/events/ring.ts). */
   events: SharedArrayBuffer
+  /** The conversation-state store's buffer (src/state/store.ts); null when limits turn it off. */
+  continuations?: SharedArrayBuffer | null
   testHooks: boolean
   simUrl: string | null
   signingKey: Buffer
@@ -73,6 +76,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     turns: new TurnPins(deps.ledger),
     sessions: new SessionLanes(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
+    continuations: deps.continuations ? new ConversationStore(deps.continuations, deps.ledger.row) : null,
     background: new Background(),
     tracing,
     signer: new Signer(deps.signingKey),

@@ -11,6 +11,7 @@
 // failure tail in the client protocol's own error event, then a clean end. Nothing is ever
 // retried or replayed.
 
+import type { ConversationStore } from '../src/state/store.ts'
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
@@ -60,6 +61,9 @@ export interface ExchangeDeps {
   parser: ParserPool
   turns: TurnPins
   sessions: SessionLanes
+  /** The conversation-state store shared by all workers (src/state/store.ts); null when off.
+   *  Used by translated Responses routes to expand previous_response_id (issue 13). */
+  continuations?: ConversationStore | null
   /** Run traces, when the OTEL_* variables configure an exporter. */
   tracing: Tracing | null
   /** Every exchange in flight is tracked: a drain waits for their actual release (and their
