@@ -12,7 +12,8 @@ import type { Config } from '../src/config/schema.ts'
 import { createLedger, type Ledger } from '../src/ledger/ledger.ts'
 import { createRingBuffer, EventRing } from '../src/events/ring.ts'
 import { PRIMARY_ROW } from '../src/ledger/layout.ts'
-import { pendingCap } from '../src/config/limits.ts'
+import { continuationLimits, pendingCap } from '../src/config/limits.ts'
+import { createStoreBuffer, StoreRepair } from '../src/state/store.ts'
 import { startAdmin } from './admin.ts'
 import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
@@ -52,6 +53,9 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   const config: Config = { ...opts.config, listen: { ...opts.config.listen, port } }
 
   const limits = config.limits
+  // The conversation store's buffer is carved out of the aggregate storage budget: the ledger
+  // gets what is left, so the two together never exceed limits.storageBytes.
+  const cont = continuationLimits(limits)
   const ledger = createLedger({
     maxActive: limits.maxActiveExchanges,
     maxQueued: limits.maxQueuedExchanges,
@@ -64,7 +68,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     parseQueue: limits.maxActiveExchanges + limits.maxEnvelopeParses,
     envelopeParses: limits.maxEnvelopeParses,
     parseWaitMs: limits.parseWaitMs,
-    storageBytes: limits.storageBytes,
+    storageBytes: limits.storageBytes - (cont?.bytes ?? 0),
     runSlots: limits.maxTrackedRuns,
     laneEntries: limits.sessionEntries,
     pendingPerSession: pendingCap(limits) ?? 0,
@@ -74,6 +78,9 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   const events = createRingBuffer(limits.sessionEventBytes)
   // The primary reads the ring's figures for /metrics only; it never locks it or writes it.
   const eventRing = new EventRing(events, PRIMARY_ROW)
+  // Likewise the conversation store: figures for /metrics, and repair after a worker's death.
+  const continuations = cont ? createStoreBuffer({ ...cont, rows: ledger.core.layout.dims.rows }) : null
+  const storeRepair = continuations ? new StoreRepair(continuations, PRIMARY_ROW) : null
 
   let sim: { url: string; worker: Worker } | null = null
   // The sim checks no key: loopback only, whatever listen.host serves the gateway on.
@@ -83,6 +90,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     config,
     ledger,
     events,
+    continuations,
     log,
     simUrl: sim?.url ?? null,
     testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1',
@@ -90,7 +98,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err

@@ -6,12 +6,15 @@ import type { LedgerSnapshot } from '../src/ledger/ledger.ts'
 import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
 import type { RingSnapshot } from '../src/events/ring.ts'
+import type { StoreSnapshot } from '../src/state/store.ts'
 import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
   /** The session event ring, when there is one. */
   events?: () => RingSnapshot
+  /** The conversation-state store, when there is one. */
+  continuations?: () => StoreSnapshot
   /** Row gauges summed over workers (RG_* order), and one histogram (HIST_*). */
   gauges?: () => number[]
   histogram?: (hist: number) => { buckets: number[]; sumMs: number; count: number }
@@ -121,8 +124,23 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     // relay tool arguments and continuation metadata as bytes and buffer none of them, so the
     // true figure is 0. Exported so dashboards and alerts can be written now.
     w.metric('sluice_tool_argument_bytes', 'gauge', 'Tool-call argument bytes buffered for protocol translation (none: translation is not built; same-protocol routes relay them as bytes).', 0)
-    w.metric('sluice_continuation_bytes', 'gauge', 'Continuation metadata bytes retained for protocol translation (none: translation is not built).', 0)
   }
+  // The conversation-state store (src/state/store.ts): all 0 when it is off.
+  const st = counters.continuations?.()
+  w.metric('sluice_continuation_bytes', 'gauge', 'Conversation-state bytes retained: entry payloads plus blobs (the store\'s buffer is the hard cap).', st ? st.entryBytes + st.blobBytes : 0)
+  w.metric('sluice_continuation_capacity_bytes', 'gauge', 'The conversation store\'s buffer, carved out of limits.storageBytes (0: off).', st ? st.bufferBytes : 0)
+  w.metric('sluice_continuation_used_bytes', 'gauge', 'Bytes of the store\'s data region in use, record headers and not-yet-reclaimed records included.', st ? st.used : 0)
+  w.metric('sluice_continuation_entries', 'gauge', 'Conversation turns stored.', st ? st.entries : 0)
+  w.metric('sluice_continuation_tombstones', 'gauge', 'Evicted, expired and refused response ids remembered (bounded).', st ? st.tombstones : 0)
+  w.metric('sluice_continuation_blob_bytes', 'gauge', 'Content-addressed blob bytes stored.', st ? st.blobBytes : 0)
+  w.metric('sluice_continuation_blob_bytes_pinned', 'gauge', 'Blob bytes pinned by exchanges in flight (0 when idle).', st ? st.blobBytesPinned : 0)
+  w.metric('sluice_continuation_pins', 'gauge', 'Blob pins held by exchanges in flight (0 when idle).', st ? st.pins : 0)
+  w.metric('sluice_continuation_evictions_total', 'counter', 'Entries removed or refused, by reason.', [
+    [{ reason: 'cap' }, st ? st.evictedCap : 0], [{ reason: 'ttl' }, st ? st.evictedTtl : 0], [{ reason: 'entry_too_large' }, st ? st.refusedTooLarge : 0],
+    [{ reason: 'no_room' }, st ? st.refusedNoRoom : 0],
+  ])
+  w.metric('sluice_continuation_repairs_total', 'counter', 'Store locks stolen from a worker that died holding it (store rebuilt).', st ? st.repairs : 0)
+  w.metric('sluice_continuation_pins_reclaimed_total', 'counter', 'Blob pins returned from dead workers.', st ? st.pinsReclaimed : 0)
   if (counters.histogram) {
     for (const [hist, name, help] of HISTOGRAMS) w.histogram(name, help, counters.histogram(hist))
   }

@@ -10,6 +10,7 @@ import type { Config } from '../src/config/schema.ts'
 import type { PrimaryToWorker, WorkerBoot, WorkerToPrimary } from '../src/control.ts'
 import type { Ledger, Reclaimed } from '../src/ledger/ledger.ts'
 import { EventRing, repairRing } from '../src/events/ring.ts'
+import { StoreRepair } from '../src/state/store.ts'
 import { eventText } from '../src/events/text.ts'
 import type { LostEntry } from '../src/ledger/lanes.ts'
 import { PRIMARY_ROW } from '../src/ledger/layout.ts'
@@ -50,18 +51,22 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
   private readonly ledger: Ledger
   private readonly events: SharedArrayBuffer
   private readonly ring: EventRing
+  private readonly continuations: SharedArrayBuffer | null
+  private readonly store: StoreRepair | null
   private readonly log: Logger
   private readonly simUrl: string | null
   private readonly testHooks: boolean
   private readonly signingKey: string
   private stopping = false
 
-  constructor (opts: { config: Config; ledger: Ledger; events: SharedArrayBuffer; log: Logger; simUrl: string | null; testHooks: boolean; signingKey: string }) {
+  constructor (opts: { config: Config; ledger: Ledger; events: SharedArrayBuffer; continuations?: SharedArrayBuffer | null; log: Logger; simUrl: string | null; testHooks: boolean; signingKey: string }) {
     super()
     this.config = opts.config
     this.ledger = opts.ledger
     this.events = opts.events
     this.ring = new EventRing(opts.events, PRIMARY_ROW)
+    this.continuations = opts.continuations ?? null
+    this.store = this.continuations ? new StoreRepair(this.continuations, PRIMARY_ROW) : null
     this.log = opts.log
     this.simUrl = opts.simUrl
     this.testHooks = opts.testHooks
@@ -116,6 +121,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
     const boot: WorkerBoot = {
       ledger: this.ledger.init,
       events: this.events,
+      continuations: this.continuations,
       row: w.row,
       generation,
       config: this.config,
@@ -166,10 +172,14 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       // row is zeroed under the ledger lock and a later call finds nothing. It never parks
       // the primary: if another dead worker holds the ledger lock, this waits for that
       // worker's own exit handler (which may steal the lock) on a later turn.
-      void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r), generation).then((reclaimed) => {
+      void this.ledger.reclaimRow(w.row, (r) => this.dead.has(r), generation).then(async (reclaimed) => {
         // A worker that died holding the event ring's lock leaves it held: clear it. Then
         // its non-blocking exchanges, which will never report their end, get one now.
         repairRing(this.events, w.row)
+        // Its conversation-store pins return once (and the store is rebuilt if it died
+        // holding the store's lock), before the row can be given to a new worker; a live
+        // holder is waited for on later turns, never parked on.
+        await this.reclaimStore(w.row)
         if (reclaimed.lost) void this.reportLost(reclaimed.lost)
         this.dead.delete(w.row)
         this.afterExit(w, generation, code, error, reclaimed, onStarted)
@@ -177,6 +187,18 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
         handled()
       })
     })
+  }
+
+  private async reclaimStore (row: number): Promise<void> {
+    if (!this.store) return
+    for (;;) {
+      const r = this.store.reclaimRow(row, (token) => this.dead.has(token - 1))
+      if (r !== 'busy') {
+        if (r.pins > 0 || r.rebuilt) this.log.warn({ worker: row, pins: r.pins, rebuilt: r.rebuilt }, 'conversation store reclaimed')
+        return
+      }
+      await new Promise((resolve) => setImmediate(resolve))
+    }
   }
 
   /** A turn_error worker_lost event for each non-blocking exchange a dead worker left. */

@@ -11,6 +11,8 @@ export interface WorkerBoot {
   readonly ledger: LedgerHandleInit
   /** The session event ring (src/events/ring.ts). */
   readonly events: SharedArrayBuffer
+  /** The conversation-state store (src/state/store.ts); null when limits turn it off. */
+  readonly continuations: SharedArrayBuffer | null
   readonly row: number
   readonly generation: number
   readonly config: Config

@@ -44,6 +44,8 @@ export const catalogue = {
   json_too_deep: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the request body nests deeper than the configured cap' },
   json_too_many_nodes: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the request body has more JSON values than the configured cap' },
   invalid_request: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the request is not a valid exchange for this route' },
+  continuation_not_found: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'previous_response_id names no stored response of this key' },
+  continuation_expired: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'previous_response_id (or one of its ancestors) was evicted, expired or never continuable: the conversation cannot be continued whole; resend the full input' },
   protocol_mismatch: { status: 400, side: 'caller', retryAfterSeconds: null, message: 'the route and the model\'s provider speak different protocols' },
   not_found: { status: 404, side: 'caller', retryAfterSeconds: null, message: 'no such route' },
   client_closed: { status: 499, side: 'caller', retryAfterSeconds: null, message: 'the caller closed the connection' },

@@ -21,6 +21,7 @@ import { registerNonBlocking } from './nonblocking.ts'
 import { refuseReply } from './reply.ts'
 import { registerRpc } from './rpc.ts'
 import { EventRing } from '../src/events/ring.ts'
+import { ConversationStore } from '../src/state/store.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
 import { Upstreams } from './upstream.ts'
@@ -32,6 +33,8 @@ export interface AppDeps {
   ledger: Ledger
   /** The session event ring's buffer (src/events/ring.ts). */
   events: SharedArrayBuffer
+  /** The conversation-state store's buffer (src/state/store.ts); null when limits turn it off. */
+  continuations?: SharedArrayBuffer | null
   testHooks: boolean
   simUrl: string | null
   signingKey: Buffer
@@ -107,6 +110,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
     turns: new TurnPins(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
+    continuations: deps.continuations ? new ConversationStore(deps.continuations, deps.ledger.row) : null,
     background: new Background(),
     tracing,
     signer: new Signer(deps.signingKey),

@@ -11,6 +11,7 @@ import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Route } from '../src/protocols/routes.ts'
 import type { Router } from '../src/routing.ts'
 import type { Signer } from '../src/sse/sign.ts'
+import type { ConversationStore } from '../src/state/store.ts'
 import type { Tracing } from '../src/telemetry/tracing.ts'
 import type { Admission } from './admission.ts'
 import type { Authenticator } from './auth.ts'
@@ -32,6 +33,8 @@ export interface ExchangeDeps {
   turns: TurnPins
   /** The session event ring (non-blocking mode). */
   ring: EventRing
+  /** The conversation-state store shared by all workers (src/state/store.ts); null when off. */
+  continuations: ConversationStore | null
   /** Run traces, when the OTEL_* variables configure an exporter. */
   tracing: Tracing | null
   /** Exchanges in flight and open event streams: what a drain waits for. */

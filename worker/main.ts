@@ -22,6 +22,7 @@ const app = await buildApp({
   config: boot.config,
   ledger,
   events: boot.events,
+  continuations: boot.continuations,
   testHooks: boot.testHooks,
   simUrl: boot.simUrl,
   signingKey: Buffer.from(boot.signingKey, 'base64'),

@@ -35,6 +35,17 @@ export const limitsSchema = z.strictObject({
   maxJsonDepth: int(1).max(100_000).default(128),
   maxJsonNodes: int(1).default(1_000_000),
   storageBytes: int(0).max(Number.MAX_SAFE_INTEGER).default(256 * MiB),
+  /**
+   * The conversation-state store's whole buffer (src/state/store.ts), carved out of
+   * storageBytes. null: a quarter of storageBytes, at most 64 MiB; 0, or a size under 1 MiB: off.
+   */
+  continuationBytes: z.union([int(0).max(1024 * MiB), z.null()]).default(null),
+  continuationEntryBytes: int(1).default(4 * MiB),
+  continuationTtlMs: int(1).default(3_600_000),
+  continuationBlobThreshold: int(1).default(16 * 1024),
+  continuationBlobBytes: int(1).default(4 * MiB),
+  /** Blob bytes in the store together; null: half of the store. */
+  continuationBlobTotalBytes: z.union([int(0), z.null()]).default(null),
   workerHeapMb: int(16).default(128),
   workerYoungGenMb: int(1).default(16),
   /** Admission refuses with worker_heap_exhausted above this fraction of the heap limit. */
