@@ -47,7 +47,7 @@
 // nothing behind either; a second reclaim finds zero.
 
 import type { LedgerCore } from './core.ts'
-import { bump, readTotal } from './gate.ts'
+import { addLocked, read } from './pair64.ts'
 import { ET_RECLAIMED, ET_REFUSED, ET_TAKEN, H_EP_IN_USE, H_EP_MAX, H_EP_TOTALS, R_ENVELOPES } from './layout.ts'
 
 export interface EnvelopeSnapshot { max: number; inUse: number; taken: number; refused: number; reclaimed: number }
@@ -71,13 +71,13 @@ export class EnvelopeParses {
     const { i32, core } = this
     core.lock()
     if (i32[H_EP_IN_USE] >= i32[H_EP_MAX]) {
-      bump(i32, H_EP_TOTALS + ET_REFUSED)
+      addLocked(i32, H_EP_TOTALS + ET_REFUSED)
       core.unlock()
       return false
     }
     i32[H_EP_IN_USE]++
     i32[this.mine]++
-    bump(i32, H_EP_TOTALS + ET_TAKEN)
+    addLocked(i32, H_EP_TOTALS + ET_TAKEN)
     core.unlock()
     return true
   }
@@ -100,9 +100,9 @@ export class EnvelopeParses {
     return {
       max: Atomics.load(i32, H_EP_MAX),
       inUse: Atomics.load(i32, H_EP_IN_USE),
-      taken: readTotal(i32, H_EP_TOTALS + ET_TAKEN),
-      refused: readTotal(i32, H_EP_TOTALS + ET_REFUSED),
-      reclaimed: readTotal(i32, H_EP_TOTALS + ET_RECLAIMED),
+      taken: read(i32, H_EP_TOTALS + ET_TAKEN),
+      refused: read(i32, H_EP_TOTALS + ET_REFUSED),
+      reclaimed: read(i32, H_EP_TOTALS + ET_RECLAIMED),
     }
   }
 }
@@ -121,6 +121,6 @@ export function reclaimEnvelopesLocked (core: LedgerCore, row: number): number {
   let sum = 0
   for (let r = 0; r < layout.dims.rows; r++) sum += i32[layout.row32(r) + R_ENVELOPES]
   i32[H_EP_IN_USE] = sum
-  if (n > 0) bump(i32, H_EP_TOTALS + ET_RECLAIMED, n)
+  if (n > 0) addLocked(i32, H_EP_TOTALS + ET_RECLAIMED, n)
   return n
 }

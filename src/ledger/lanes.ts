@@ -76,7 +76,7 @@
 
 import { SluiceError } from '../errors.ts'
 import type { LedgerCore } from './core.ts'
-import { bump, readTotal } from './gate.ts'
+import { addLocked, read } from './pair64.ts'
 import {
   E_CANCEL, E_EXCHANGE, E_FLAGS, E_OWNER, E_SESSION_A, E_SESSION_B, E_STATE, E_TICKET, ENTRY_FIELDS,
   ENTRY_EVENTS, LANE32_FIELDS, LANE_ACTIVE, LANE_FREE, LANE_QUEUED,
@@ -200,13 +200,13 @@ export class Lanes {
     }
     const cap = i32[base + LN_PENDING_MAX]
     if (cap > 0 && pending >= cap) {
-      bump(i32, this.totals + LT_REFUSED_FULL)
+      addLocked(i32, this.totals + LT_REFUSED_FULL)
       core.unlock()
       return { ok: false, reason: 'full', limit: cap, pendingCount: pending }
     }
     if (free < 0) {
       if (hwm >= i32[base + LN_ENTRIES]) {
-        bump(i32, this.totals + LT_REFUSED_ENTRIES)
+        addLocked(i32, this.totals + LT_REFUSED_ENTRIES)
         core.unlock()
         return { ok: false, reason: 'entries', limit: i32[base + LN_ENTRIES] }
       }
@@ -228,8 +228,8 @@ export class Lanes {
     Atomics.store(i32, at + E_STATE, runNow ? LANE_ACTIVE : LANE_QUEUED)
     i32[base + LN_PENDING]++
     if (runNow) i32[base + LN_ACTIVE]++
-    bump(i32, this.totals + LT_ENTERED)
-    if (!runNow) bump(i32, this.totals + LT_QUEUED)
+    addLocked(i32, this.totals + LT_ENTERED)
+    if (!runNow) addLocked(i32, this.totals + LT_QUEUED)
     core.unlock()
     return { ok: true, entry: free, active: runNow, pending: pending + 1 }
   }
@@ -280,7 +280,7 @@ export class Lanes {
       core.unlock()
       throw new Error(`session lane: release of entry ${entry} not held by this thread`)
     }
-    bump(i32, this.totals + LT_RELEASED)
+    addLocked(i32, this.totals + LT_RELEASED)
     const promoted = this.freeLocked(entry, st)
     core.unlock()
     this.wake(entry, promoted)
@@ -294,7 +294,7 @@ export class Lanes {
     const st = i32[at + E_STATE]
     let promoted = -1
     if (st !== LANE_FREE && i32[at + E_OWNER] === core.row) {
-      bump(i32, this.totals + (st === LANE_QUEUED ? LT_CANCELS : LT_CANCEL_AFTER_PROMOTE))
+      addLocked(i32, this.totals + (st === LANE_QUEUED ? LT_CANCELS : LT_CANCEL_AFTER_PROMOTE))
       promoted = this.freeLocked(entry, st)
     }
     core.unlock()
@@ -321,7 +321,7 @@ export class Lanes {
       Atomics.store(i32, at + E_CANCEL, 1)
       flagged.push(at + E_CANCEL)
     }
-    if (flagged.length > 0) bump(i32, this.totals + LT_CANCEL_REQUESTS, flagged.length)
+    if (flagged.length > 0) addLocked(i32, this.totals + LT_CANCEL_REQUESTS, flagged.length)
     core.unlock()
     for (const idx of flagged) Atomics.notify(i32, idx)
     return flagged.length
@@ -392,15 +392,15 @@ export class Lanes {
       queued,
       sessions: perSession.size,
       maxSessionPending,
-      entered: readTotal(i32, totals + LT_ENTERED),
-      queuedTotal: readTotal(i32, totals + LT_QUEUED),
-      refusedFull: readTotal(i32, totals + LT_REFUSED_FULL),
-      refusedEntries: readTotal(i32, totals + LT_REFUSED_ENTRIES),
-      released: readTotal(i32, totals + LT_RELEASED),
-      cancels: readTotal(i32, totals + LT_CANCELS),
-      cancelsAfterPromote: readTotal(i32, totals + LT_CANCEL_AFTER_PROMOTE),
-      reclaimed: readTotal(i32, totals + LT_RECLAIMED),
-      cancelRequests: readTotal(i32, totals + LT_CANCEL_REQUESTS),
+      entered: read(i32, totals + LT_ENTERED),
+      queuedTotal: read(i32, totals + LT_QUEUED),
+      refusedFull: read(i32, totals + LT_REFUSED_FULL),
+      refusedEntries: read(i32, totals + LT_REFUSED_ENTRIES),
+      released: read(i32, totals + LT_RELEASED),
+      cancels: read(i32, totals + LT_CANCELS),
+      cancelsAfterPromote: read(i32, totals + LT_CANCEL_AFTER_PROMOTE),
+      reclaimed: read(i32, totals + LT_RECLAIMED),
+      cancelRequests: read(i32, totals + LT_CANCEL_REQUESTS),
     }
   }
 
@@ -533,7 +533,7 @@ export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: nu
   }
   Atomics.store(i32, base + LN_PENDING, pending)
   Atomics.store(i32, base + LN_ACTIVE, active)
-  if (reclaimed > 0) bump(i32, base + LN_TOTALS + LT_RECLAIMED, reclaimed)
+  if (reclaimed > 0) addLocked(i32, base + LN_TOTALS + LT_RECLAIMED, reclaimed)
   return { notify, reclaimed, lost }
 }
 

@@ -16,6 +16,8 @@
 //
 // Gates are numbered: GATE_EXCHANGE = 0, GATE_PARSE = 1.
 
+import { TL_PARKED, TOKEN_LOCK_FIELDS } from './token-lock.ts'
+
 export const MAGIC = 0x51c1ce01
 export const LAYOUT_VERSION = 4
 
@@ -26,11 +28,11 @@ export const GATES = 2
 // ---- Int32 header ----
 export const H_MAGIC = 0
 export const H_VERSION = 1
-/** The one ledger lock: 0 = free, else the holder's token (row index + 1). */
+/** The one ledger lock, TOKEN_LOCK_FIELDS cells (token-lock.ts): 0 = free, else the holder's token (row + 1). */
 export const H_LOCK = 2
 /** Threads parked in Atomics.wait on H_LOCK (unlock notifies only when > 0). */
-export const H_LOCK_PARKED = 3
-export const H_ROWS = 4
+export const H_LOCK_PARKED = H_LOCK + TL_PARKED
+export const H_ROWS = H_LOCK + TOKEN_LOCK_FIELDS
 /** Per gate: maxPermits at H_GATE_DIMS + 2*g, maxQueued at H_GATE_DIMS + 2*g + 1. */
 export const H_GATE_DIMS = 5
 export const H_DRAINING = H_GATE_DIMS + 2 * GATES // 9: 1 while the gateway drains for shutdown

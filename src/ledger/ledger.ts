@@ -33,7 +33,7 @@ import {
   computeLayout,
 } from './layout.ts'
 import { errorCodes, type ErrorCode } from '../errors.ts'
-import { readTotal } from './gate.ts'
+import { addOwned, read } from './pair64.ts'
 import { RunTable } from './runs.ts'
 import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot, type LostEntry } from './lanes.ts'
 import { EnvelopeParses, initEnvelopes, reclaimEnvelopesLocked, type EnvelopeSnapshot } from './envelopes.ts'
@@ -145,8 +145,7 @@ export class Ledger {
   /** Counts one refusal or failure with this code (metrics: sluice_refusals_total{code}). */
   countRefusal (code: ErrorCode): void {
     const at = this.core.layout.row32(this.core.row) + R_COUNTERS + 2 * (codeIndex.get(code) ?? 0)
-    // Only this thread writes its row's counters: add to lo, carry into hi on wrap.
-    if (Atomics.add(this.core.i32, at, 1) === -1) Atomics.add(this.core.i32, at + 1, 1)
+    addOwned(this.core.i32, at, 1) // only this thread writes its row's counters
   }
 
   /** Adds `delta` to one of this thread's row gauges (RG_*): only the owner writes its row. */
@@ -160,10 +159,10 @@ export class Ledger {
     const at = this.core.layout.row32(this.core.row) + R_HISTS + hist * HIST_FIELDS
     let b = 0
     while (b < HIST_BOUNDS_MS.length && ms > HIST_BOUNDS_MS[b]) b++
-    addPair(i32, at + 2 * b, 1)
+    addOwned(i32, at + 2 * b, 1)
     const sum = at + 2 * (HIST_BOUNDS_MS.length + 1)
-    addPair(i32, sum, Math.max(0, Math.round(ms * 1000)))
-    addPair(i32, sum + 2, 1)
+    addOwned(i32, sum, Math.max(0, Math.round(ms * 1000)))
+    addOwned(i32, sum + 2, 1)
   }
 
   /** Row gauges summed over live rows (a dead row's gauges are zeroed by its reclaim). */
@@ -184,9 +183,9 @@ export class Ledger {
     let count = 0
     for (let r = 0; r < layout.dims.rows; r++) {
       const at = layout.row32(r) + R_HISTS + hist * HIST_FIELDS
-      for (let b = 0; b < buckets.length; b++) buckets[b] += readTotal(i32, at + 2 * b)
-      sumUs += readTotal(i32, at + 2 * buckets.length)
-      count += readTotal(i32, at + 2 * buckets.length + 2)
+      for (let b = 0; b < buckets.length; b++) buckets[b] += read(i32, at + 2 * b)
+      sumUs += read(i32, at + 2 * buckets.length)
+      count += read(i32, at + 2 * buckets.length + 2)
     }
     return { buckets, sumMs: sumUs / 1000, count }
   }
@@ -197,7 +196,7 @@ export class Ledger {
     const { i32, layout } = this.core
     for (const [code, i] of codeIndex) {
       let n = 0
-      for (let r = 0; r < layout.dims.rows; r++) n += readTotal(i32, layout.row32(r) + R_COUNTERS + 2 * i)
+      for (let r = 0; r < layout.dims.rows; r++) n += read(i32, layout.row32(r) + R_COUNTERS + 2 * i)
       if (n > 0) out.set(code, n)
     }
     return out
@@ -329,13 +328,6 @@ export class Ledger {
   private checkRow (row: number): void {
     if (!Number.isInteger(row) || row < 0 || row >= this.core.layout.dims.rows) throw new RangeError(`ledger row ${row} out of range`)
   }
-}
-
-/** Adds n to a (lo, hi) pair written by one thread only (the row's owner). */
-function addPair (i32: Int32Array, at: number, n: number): void {
-  for (; n > 0x7fffffff; n -= 0x7fffffff) addPair(i32, at, 0x7fffffff)
-  const before = Atomics.add(i32, at, n | 0) >>> 0
-  if (before + (n >>> 0) > 0xffffffff) Atomics.add(i32, at + 1, 1)
 }
 
 /** Primary: allocate and initialise the buffer; returns the primary's handle (row 0). */
