@@ -1,7 +1,17 @@
 // The envelope-parse allowance: a bounded count of parses by work that holds no exchange
 // permit, shared by every worker.
 //
-// ## Why
+// ## Layout (layout.ts)
+//
+//   header (Int32):  H_EP_MAX  H_EP_IN_USE  H_EP_TOTALS (taken, refused, reclaimed: (lo, hi) pairs)
+//   row r (Int32):   R_ENVELOPES   slots row r holds
+//
+// ## Invariants (outside the lock)
+//
+//   E1  H_EP_IN_USE = sum over rows of R_ENVELOPES  <=  H_EP_MAX
+//   E2  every R_ENVELOPES >= 0
+//
+// ## Policy
 //
 // The parse gate's queue holds maxActiveExchanges + maxEnvelopeParses waiters. Work that
 // holds an exchange permit waits for at most one parse at a time (its body, a relay
@@ -20,16 +30,6 @@
 // strict FIFO, bounded by parseWaitMs and by the queue's length. The gate protocol is
 // unchanged (and so is its Promela model): this is a separate counter checked first.
 //
-// ## Layout (layout.ts)
-//
-//   header (Int32):  H_EP_MAX  H_EP_IN_USE  H_EP_TOTALS (taken, refused, reclaimed: (lo, hi) pairs)
-//   row r (Int32):   R_ENVELOPES   slots row r holds
-//
-// ## Invariants (outside the lock)
-//
-//   E1  H_EP_IN_USE = sum over rows of R_ENVELOPES  <=  H_EP_MAX
-//   E2  every R_ENVELOPES >= 0
-//
 // ## Cancel safety
 //
 // tryTake either takes one slot or none, and never waits: nothing to cancel. give() of a slot
@@ -38,7 +38,7 @@
 // ## Memory ordering
 //
 // As in gate.ts: plain Int32 accesses inside the ledger lock, which orders them; aligned
-// Int32 reads are tear-free for lock-free snapshot readers.
+// Int32 reads are tear-free for lock-free snapshot readers; (lo, hi) totals follow pair64.ts.
 //
 // ## Death
 //

@@ -52,7 +52,8 @@
 // Counters and row cells are plain Int32 reads and writes inside the lock: the lock's
 // seq-cst compareExchange (acquire) and store (release) order them, and plain aligned Int32
 // accesses are tear-free for the lock-free snapshot readers. (Plain accesses halve the fast
-// path: ~65 ns instead of ~130 ns for acquire+release, native-bench/ledger.) Slot state
+// path: ~65 ns instead of ~130 ns for acquire+release, native-bench/ledger.) The (lo, hi)
+// totals follow pair64.ts (`addLocked`: plain unless a carry). Slot state
 // words are the exception: they are Atomics.waitAsync addresses, so they are always written
 // with Atomics.store. The waker's notify happens after unlock; the woken owner re-reads its
 // slot state (Atomics.load) before acting, and treats any wake-up that finds WAITING as

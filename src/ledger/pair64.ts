@@ -52,6 +52,9 @@
 // A writer that dies between the carry's stores leaves hi = ~H: readers decode it (P2), and
 // the next add (the lock's next holder, or the row's next life) finishes the carry first.
 
+/** Cells of one pair: layouts size their blocks of totals with it. */
+export const PAIR_FIELDS = 2
+
 const TWO32 = 0x100000000
 const HALF = 0x80000000
 /** Largest step of one add: keeps P2 (a carry's old lo >= 2^31, its new lo < 2^31). */
