@@ -56,7 +56,6 @@ import { computeLayout, dimsOf, H_LOCK, type Layout } from './layout.ts'
 import { TokenLock } from './token-lock.ts'
 
 export class LedgerCore {
-  readonly sab: SharedArrayBuffer
   readonly layout: Layout
   readonly i32: Int32Array
   readonly i64: BigInt64Array
@@ -65,7 +64,6 @@ export class LedgerCore {
   private readonly mutex: TokenLock
 
   constructor (sab: SharedArrayBuffer, row: number) {
-    this.sab = sab
     this.layout = computeLayout(dimsOf(sab))
     if (!Number.isInteger(row) || row < 0 || row >= this.layout.dims.rows) {
       throw new RangeError(`ledger row ${row} out of range (rows: ${this.layout.dims.rows})`)

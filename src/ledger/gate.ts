@@ -123,7 +123,6 @@ interface Waiter {
 
 export class Gate {
   readonly name: string
-  readonly gate: number
   private readonly core: LedgerCore
   private readonly i32: Int32Array
   private readonly base: number
@@ -135,7 +134,6 @@ export class Gate {
 
   constructor (core: LedgerCore, gate: number, name: string, codes: GateCodes, defaultWaitMs: number) {
     this.core = core
-    this.gate = gate
     this.name = name
     this.i32 = core.i32
     this.base = core.layout.gate32[gate]

@@ -47,7 +47,7 @@ export type TakeResult = { ok: true; count: number } | { ok: false; count: numbe
 export class RunTable {
   private readonly core: LedgerCore
   private readonly base: number
-  readonly slots: number
+  private readonly slots: number
 
   constructor (core: LedgerCore) {
     this.core = core
