@@ -1,6 +1,6 @@
 // The session event ring with 1,000 idle event readers, the old way beside the new:
 //
-//   walk-all   every reader sleeps on RG_NOTIFY (any append) and each read walks from the
+//   walk-all   every reader sleeps on RH_NOTIFY (any append) and each read walks from the
 //              ring's head (`changed()` + `read(session, cursor)`): what streamEvents did;
 //   per-session  every reader sleeps on its session's change slot and resumes at its ring
 //              offset (`sessionChanged()` + `read(session, cursor, max, at)`): what it does.

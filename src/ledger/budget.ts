@@ -23,7 +23,13 @@
 // try-reserve either takes all n bytes or none: the gate is left unchanged on refusal.
 // Release of more than this row holds throws (a double release is a bug, never clamped).
 //
-// ## Repair
+// ## Memory ordering
+//
+// Every cell is a BigInt64 read and written with Atomics inside the ledger lock (the lock
+// orders the composite steps; Atomics keep each 64-bit cell whole for lock-free readers).
+// `snapshot()` reads without the lock and may mix two moments (metrics only).
+//
+// ## Death
 //
 // The primary reclaims a dead row by subtracting its R64_BYTES from B_RESERVED and zeroing
 // the row, under the lock. If the lock had to be stolen from a holder that died between its

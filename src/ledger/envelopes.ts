@@ -1,7 +1,17 @@
 // The envelope-parse allowance: a bounded count of parses by work that holds no exchange
 // permit, shared by every worker.
 //
-// ## Why
+// ## Layout (layout.ts)
+//
+//   header (Int32):  H_EP_MAX  H_EP_IN_USE  H_EP_TOTALS (taken, refused, reclaimed: (lo, hi) pairs)
+//   row r (Int32):   R_ENVELOPES   slots row r holds
+//
+// ## Invariants (outside the lock)
+//
+//   E1  H_EP_IN_USE = sum over rows of R_ENVELOPES  <=  H_EP_MAX
+//   E2  every R_ENVELOPES >= 0
+//
+// ## Policy
 //
 // The parse gate's queue holds maxActiveExchanges + maxEnvelopeParses waiters. Work that
 // holds an exchange permit waits for at most one parse at a time (its body, a relay
@@ -20,16 +30,6 @@
 // strict FIFO, bounded by parseWaitMs and by the queue's length. The gate protocol is
 // unchanged (and so is its Promela model): this is a separate counter checked first.
 //
-// ## Layout (layout.ts)
-//
-//   header (Int32):  H_EP_MAX  H_EP_IN_USE  H_EP_TOTALS (taken, refused, reclaimed: (lo, hi) pairs)
-//   row r (Int32):   R_ENVELOPES   slots row r holds
-//
-// ## Invariants (outside the lock)
-//
-//   E1  H_EP_IN_USE = sum over rows of R_ENVELOPES  <=  H_EP_MAX
-//   E2  every R_ENVELOPES >= 0
-//
 // ## Cancel safety
 //
 // tryTake either takes one slot or none, and never waits: nothing to cancel. give() of a slot
@@ -38,7 +38,7 @@
 // ## Memory ordering
 //
 // As in gate.ts: plain Int32 accesses inside the ledger lock, which orders them; aligned
-// Int32 reads are tear-free for lock-free snapshot readers.
+// Int32 reads are tear-free for lock-free snapshot readers; (lo, hi) totals follow pair64.ts.
 //
 // ## Death
 //
@@ -47,7 +47,7 @@
 // nothing behind either; a second reclaim finds zero.
 
 import type { LedgerCore } from './core.ts'
-import { bump, readTotal } from './gate.ts'
+import { addLocked, read } from './pair64.ts'
 import { ET_RECLAIMED, ET_REFUSED, ET_TAKEN, H_EP_IN_USE, H_EP_MAX, H_EP_TOTALS, R_ENVELOPES } from './layout.ts'
 
 export interface EnvelopeSnapshot { max: number; inUse: number; taken: number; refused: number; reclaimed: number }
@@ -71,13 +71,13 @@ export class EnvelopeParses {
     const { i32, core } = this
     core.lock()
     if (i32[H_EP_IN_USE] >= i32[H_EP_MAX]) {
-      bump(i32, H_EP_TOTALS + ET_REFUSED)
+      addLocked(i32, H_EP_TOTALS + ET_REFUSED)
       core.unlock()
       return false
     }
     i32[H_EP_IN_USE]++
     i32[this.mine]++
-    bump(i32, H_EP_TOTALS + ET_TAKEN)
+    addLocked(i32, H_EP_TOTALS + ET_TAKEN)
     core.unlock()
     return true
   }
@@ -100,9 +100,9 @@ export class EnvelopeParses {
     return {
       max: Atomics.load(i32, H_EP_MAX),
       inUse: Atomics.load(i32, H_EP_IN_USE),
-      taken: readTotal(i32, H_EP_TOTALS + ET_TAKEN),
-      refused: readTotal(i32, H_EP_TOTALS + ET_REFUSED),
-      reclaimed: readTotal(i32, H_EP_TOTALS + ET_RECLAIMED),
+      taken: read(i32, H_EP_TOTALS + ET_TAKEN),
+      refused: read(i32, H_EP_TOTALS + ET_REFUSED),
+      reclaimed: read(i32, H_EP_TOTALS + ET_RECLAIMED),
     }
   }
 }
@@ -121,6 +121,6 @@ export function reclaimEnvelopesLocked (core: LedgerCore, row: number): number {
   let sum = 0
   for (let r = 0; r < layout.dims.rows; r++) sum += i32[layout.row32(r) + R_ENVELOPES]
   i32[H_EP_IN_USE] = sum
-  if (n > 0) bump(i32, H_EP_TOTALS + ET_RECLAIMED, n)
+  if (n > 0) addLocked(i32, H_EP_TOTALS + ET_RECLAIMED, n)
   return n
 }

@@ -52,7 +52,8 @@
 // Counters and row cells are plain Int32 reads and writes inside the lock: the lock's
 // seq-cst compareExchange (acquire) and store (release) order them, and plain aligned Int32
 // accesses are tear-free for the lock-free snapshot readers. (Plain accesses halve the fast
-// path: ~65 ns instead of ~130 ns for acquire+release, native-bench/ledger.) Slot state
+// path: ~65 ns instead of ~130 ns for acquire+release, native-bench/ledger.) The (lo, hi)
+// totals follow pair64.ts (`addLocked`: plain unless a carry). Slot state
 // words are the exception: they are Atomics.waitAsync addresses, so they are always written
 // with Atomics.store. The waker's notify happens after unlock; the woken owner re-reads its
 // slot state (Atomics.load) before acting, and treats any wake-up that finds WAITING as
@@ -74,22 +75,7 @@ import {
   GT_ADMITTED, GT_CANCELS, GT_CANCEL_AFTER_GRANT, GT_QUEUED, GT_RECLAIMED, GT_REFUSED_FULL, GT_RELEASED, GT_TIMEOUTS,
   R_HELD, S_OWNER, S_STATE, S_TICKET, SLOT_FIELDS,
 } from './layout.ts'
-
-/** Adds n to the (lo, hi) counter pair at i32[at]; inside the lock. */
-export function bump (i32: Int32Array, at: number, n = 1): void {
-  const lo = i32[at] >>> 0
-  const next = lo + n
-  if (next > 0xffffffff) { i32[at] = next - 0x100000000; i32[at + 1]++ } else i32[at] = next
-}
-
-/** Reads a (lo, hi) counter pair without the lock (retries across a carry). */
-export function readTotal (i32: Int32Array, at: number): number {
-  for (;;) {
-    const hi = Atomics.load(i32, at + 1)
-    const lo = Atomics.load(i32, at) >>> 0
-    if (Atomics.load(i32, at + 1) === hi) return hi * 0x100000000 + lo
-  }
-}
+import { addLocked, read } from './pair64.ts'
 
 export interface GateCodes {
   readonly full: ErrorCode
@@ -137,7 +123,6 @@ interface Waiter {
 
 export class Gate {
   readonly name: string
-  readonly gate: number
   private readonly core: LedgerCore
   private readonly i32: Int32Array
   private readonly base: number
@@ -149,7 +134,6 @@ export class Gate {
 
   constructor (core: LedgerCore, gate: number, name: string, codes: GateCodes, defaultWaitMs: number) {
     this.core = core
-    this.gate = gate
     this.name = name
     this.i32 = core.i32
     this.base = core.layout.gate32[gate]
@@ -173,7 +157,7 @@ export class Gate {
     if (i32[base + G_QUEUED] === 0 && i32[base + G_ACTIVE] < i32[base + G_MAX]) {
       i32[base + G_ACTIVE]++
       i32[this.held]++
-      bump(i32, this.totals + GT_ADMITTED)
+      addLocked(i32, this.totals + GT_ADMITTED)
       core.unlock()
       return true
     }
@@ -234,7 +218,7 @@ export class Gate {
       throw new Error(`${this.name} gate: release without a held permit`)
     }
     i32[this.held]--
-    bump(i32, this.totals + GT_RELEASED)
+    addLocked(i32, this.totals + GT_RELEASED)
     const granted = this.passOnLocked()
     core.unlock()
     if (granted >= 0) Atomics.notify(this.i32, this.stateIndex(granted))
@@ -247,14 +231,14 @@ export class Gate {
       queueMax: Atomics.load(i32, base + G_QUEUE_MAX),
       active: Atomics.load(i32, base + G_ACTIVE),
       queued: Atomics.load(i32, base + G_QUEUED),
-      admitted: readTotal(i32, totals + GT_ADMITTED),
-      released: readTotal(i32, totals + GT_RELEASED),
-      queuedTotal: readTotal(i32, totals + GT_QUEUED),
-      refusedFull: readTotal(i32, totals + GT_REFUSED_FULL),
-      timeouts: readTotal(i32, totals + GT_TIMEOUTS),
-      cancels: readTotal(i32, totals + GT_CANCELS),
-      cancelsAfterGrant: readTotal(i32, totals + GT_CANCEL_AFTER_GRANT),
-      reclaimed: readTotal(i32, totals + GT_RECLAIMED),
+      admitted: read(i32, totals + GT_ADMITTED),
+      released: read(i32, totals + GT_RELEASED),
+      queuedTotal: read(i32, totals + GT_QUEUED),
+      refusedFull: read(i32, totals + GT_REFUSED_FULL),
+      timeouts: read(i32, totals + GT_TIMEOUTS),
+      cancels: read(i32, totals + GT_CANCELS),
+      cancelsAfterGrant: read(i32, totals + GT_CANCEL_AFTER_GRANT),
+      reclaimed: read(i32, totals + GT_RECLAIMED),
     }
   }
 
@@ -271,12 +255,12 @@ export class Gate {
     if (queued === 0 && active < i32[base + G_MAX]) {
       i32[base + G_ACTIVE] = active + 1
       i32[this.held]++
-      bump(i32, this.totals + GT_ADMITTED)
+      addLocked(i32, this.totals + GT_ADMITTED)
       core.unlock()
       return ENQUEUE_GRANTED
     }
     if (queued >= i32[base + G_QUEUE_MAX]) {
-      bump(i32, this.totals + GT_REFUSED_FULL)
+      addLocked(i32, this.totals + GT_REFUSED_FULL)
       core.unlock()
       return ENQUEUE_FULL
     }
@@ -298,7 +282,7 @@ export class Gate {
     // The state store is the commit point: a slot is WAITING only once owner and ticket are set.
     Atomics.store(i32, at + S_STATE, WAITING)
     i32[base + G_QUEUED] = queued + 1
-    bump(i32, this.totals + GT_QUEUED)
+    addLocked(i32, this.totals + GT_QUEUED)
     core.unlock()
     return slot
   }
@@ -337,7 +321,7 @@ export class Gate {
     if (state === WAITING) {
       Atomics.store(i32, idx, FREE)
       i32[base + G_QUEUED]--
-      bump(i32, this.totals + (why === 'timeout' ? GT_TIMEOUTS : GT_CANCELS))
+      addLocked(i32, this.totals + (why === 'timeout' ? GT_TIMEOUTS : GT_CANCELS))
       outcome = 'removed'
     } else if (state === GRANTED && why === 'timeout') {
       this.claimLocked(w.slot)
@@ -347,8 +331,8 @@ export class Gate {
       // in one critical section, which hands the permit to the next waiter.
       this.claimLocked(w.slot)
       i32[this.held]--
-      bump(i32, this.totals + GT_RELEASED)
-      bump(i32, this.totals + GT_CANCEL_AFTER_GRANT)
+      addLocked(i32, this.totals + GT_RELEASED)
+      addLocked(i32, this.totals + GT_CANCEL_AFTER_GRANT)
       handedTo = this.passOnLocked()
       outcome = 'put-back'
     } else {
@@ -410,7 +394,7 @@ export class Gate {
     }
     Atomics.store(this.i32, this.stateIndex(slot), GRANTED)
     this.i32[this.base + G_QUEUED]--
-    bump(this.i32, this.totals + GT_ADMITTED)
+    addLocked(this.i32, this.totals + GT_ADMITTED)
     return slot
   }
 }
@@ -461,7 +445,7 @@ export function reclaimGateLocked (core: LedgerCore, g: number, row: number): { 
   for (let r = 0; r < layout.dims.rows; r++) held += Atomics.load(i32, layout.row32(r) + R_HELD + g)
   Atomics.store(i32, base + G_ACTIVE, held + granted)
   Atomics.store(i32, base + G_QUEUED, waiting)
-  if (reclaimed > 0) bump(i32, totals + GT_RECLAIMED, reclaimed)
+  if (reclaimed > 0) addLocked(i32, totals + GT_RECLAIMED, reclaimed)
   // Every slot already GRANTED is notified again: its waker may have been the dead thread,
   // killed between its GRANTED store and its notify (the store is inside the lock, the
   // notify after it). Without this the waiter sleeps on a granted permit until its deadline
@@ -479,7 +463,7 @@ export function reclaimGateLocked (core: LedgerCore, g: number, row: number): { 
     Atomics.store(i32, slotBase + slot * SLOT_FIELDS + S_STATE, GRANTED)
     Atomics.sub(i32, base + G_QUEUED, 1)
     Atomics.add(i32, base + G_ACTIVE, 1)
-    bump(i32, totals + GT_ADMITTED)
+    addLocked(i32, totals + GT_ADMITTED)
     out.push(slotBase + slot * SLOT_FIELDS + S_STATE)
   }
   return { granted: out, reclaimed }

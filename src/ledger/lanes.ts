@@ -13,7 +13,7 @@
 //                                       E_EXCHANGE x4 (the exchange's UUID), E_CANCEL, E_FLAGS }
 //
 // There is no per-session record: a session *is* the set of non-FREE entries carrying its
-// 64-bit key (scopedHash(key name, session id), scoped-hash.ts: two gateway keys never share a lane).
+// 64-bit key (scopedKey64(key name, session id), scoped-hash.ts: two gateway keys never share a lane).
 // That keeps the truth in one kind of cell — the entries — which the primary can rebuild
 // everything else from after a death, exactly as for a gate's waiter slots. A lane exists
 // while it has an entry and costs nothing once its last entry is freed.
@@ -61,6 +61,25 @@
 // delays another session). A released lane slot goes straight to the session's oldest queued
 // entry; a newcomer is ACTIVE at once only when nobody of its session queues.
 //
+// ## Cancel safety
+//
+// Cancelling a wait (`waitActive`'s AbortSignal) loses your place: a QUEUED entry is withdrawn.
+// If the promotion won the race (the entry is already ACTIVE when the abort takes the lock),
+// we pretend we never got it: the entry is released in the same critical section, which
+// promotes the session's next one (counted in LT_CANCEL_AFTER_PROMOTE). Either way the
+// caller holds nothing after the rejection and must not release the entry. `enter()` itself
+// never waits, so there is nothing to cancel there; the caller checks its signal first.
+//
+// ## Memory ordering
+//
+// As in gate.ts: counters and entry fields are plain Int32 accesses inside the ledger lock,
+// which orders them; (lo, hi) totals follow pair64.ts. E_STATE and E_CANCEL are waitAsync
+// addresses, so they are written with Atomics.store (the state store last: it commits an
+// entry whose owner, ticket and keys are already set) and every notify happens after the
+// unlock; the woken owner re-reads its state (Atomics.load) and treats a wake-up that finds
+// QUEUED, or a flag on a watcher already stopped, as spurious. Lock-free readers (snapshot,
+// pendingOf) may mix two moments (metrics and diagnostics only).
+//
 // ## Cost
 //
 // Every operation scans entries [0, LN_HWM) under the lock. The high-water mark keeps the
@@ -76,7 +95,7 @@
 
 import { SluiceError } from '../errors.ts'
 import type { LedgerCore } from './core.ts'
-import { bump, readTotal } from './gate.ts'
+import { addLocked, read } from './pair64.ts'
 import {
   E_CANCEL, E_EXCHANGE, E_FLAGS, E_OWNER, E_SESSION_A, E_SESSION_B, E_STATE, E_TICKET, ENTRY_FIELDS,
   ENTRY_EVENTS, LANE32_FIELDS, LANE_ACTIVE, LANE_FREE, LANE_QUEUED,
@@ -84,10 +103,9 @@ import {
   LT_CANCELS, LT_CANCEL_AFTER_PROMOTE, LT_CANCEL_REQUESTS, LT_ENTERED, LT_QUEUED, LT_RECLAIMED,
   LT_REFUSED_ENTRIES, LT_REFUSED_FULL, LT_RELEASED,
 } from './layout.ts'
-import { scopedHash } from './scoped-hash.ts'
+import { scopedKey64, type Key64 } from './scoped-hash.ts'
 
-/** A 64-bit key as two Int32 halves; (0, 0) is never produced. */
-export type Key64 = readonly [number, number]
+export type { Key64 }
 
 /** An exchange id (a UUID) as four Int32 words. */
 export type ExchangeKey = readonly [number, number, number, number]
@@ -152,7 +170,7 @@ export class Lanes {
 
   /** The lane key of a session: scoped by the gateway key's name. */
   static key (keyName: string, sessionId: string): Key64 {
-    return key64(scopedHash(keyName, sessionId))
+    return scopedKey64(keyName, sessionId)
   }
 
   /** The 128 bits of an exchange id, or null when it is not a UUID (no entry can match it). */
@@ -200,13 +218,13 @@ export class Lanes {
     }
     const cap = i32[base + LN_PENDING_MAX]
     if (cap > 0 && pending >= cap) {
-      bump(i32, this.totals + LT_REFUSED_FULL)
+      addLocked(i32, this.totals + LT_REFUSED_FULL)
       core.unlock()
       return { ok: false, reason: 'full', limit: cap, pendingCount: pending }
     }
     if (free < 0) {
       if (hwm >= i32[base + LN_ENTRIES]) {
-        bump(i32, this.totals + LT_REFUSED_ENTRIES)
+        addLocked(i32, this.totals + LT_REFUSED_ENTRIES)
         core.unlock()
         return { ok: false, reason: 'entries', limit: i32[base + LN_ENTRIES] }
       }
@@ -228,8 +246,8 @@ export class Lanes {
     Atomics.store(i32, at + E_STATE, runNow ? LANE_ACTIVE : LANE_QUEUED)
     i32[base + LN_PENDING]++
     if (runNow) i32[base + LN_ACTIVE]++
-    bump(i32, this.totals + LT_ENTERED)
-    if (!runNow) bump(i32, this.totals + LT_QUEUED)
+    addLocked(i32, this.totals + LT_ENTERED)
+    if (!runNow) addLocked(i32, this.totals + LT_QUEUED)
     core.unlock()
     return { ok: true, entry: free, active: runNow, pending: pending + 1 }
   }
@@ -237,7 +255,8 @@ export class Lanes {
   /**
    * Waits until `entry` (from enter(), owned by this thread) is ACTIVE. On abort it rejects
    * with client_closed and the entry is gone (withdrawn, or released if the promotion won the
-   * race): the caller must not release it then. `cause` overrides the rejection.
+   * race): the caller must not release it then. An abort whose reason is a SluiceError
+   * rejects with that error instead.
    */
   waitActive (entry: number, signal?: AbortSignal): Promise<void> {
     const idx = this.stateIndex(entry)
@@ -280,7 +299,7 @@ export class Lanes {
       core.unlock()
       throw new Error(`session lane: release of entry ${entry} not held by this thread`)
     }
-    bump(i32, this.totals + LT_RELEASED)
+    addLocked(i32, this.totals + LT_RELEASED)
     const promoted = this.freeLocked(entry, st)
     core.unlock()
     this.wake(entry, promoted)
@@ -294,7 +313,7 @@ export class Lanes {
     const st = i32[at + E_STATE]
     let promoted = -1
     if (st !== LANE_FREE && i32[at + E_OWNER] === core.row) {
-      bump(i32, this.totals + (st === LANE_QUEUED ? LT_CANCELS : LT_CANCEL_AFTER_PROMOTE))
+      addLocked(i32, this.totals + (st === LANE_QUEUED ? LT_CANCELS : LT_CANCEL_AFTER_PROMOTE))
       promoted = this.freeLocked(entry, st)
     }
     core.unlock()
@@ -321,7 +340,7 @@ export class Lanes {
       Atomics.store(i32, at + E_CANCEL, 1)
       flagged.push(at + E_CANCEL)
     }
-    if (flagged.length > 0) bump(i32, this.totals + LT_CANCEL_REQUESTS, flagged.length)
+    if (flagged.length > 0) addLocked(i32, this.totals + LT_CANCEL_REQUESTS, flagged.length)
     core.unlock()
     for (const idx of flagged) Atomics.notify(i32, idx)
     return flagged.length
@@ -392,15 +411,15 @@ export class Lanes {
       queued,
       sessions: perSession.size,
       maxSessionPending,
-      entered: readTotal(i32, totals + LT_ENTERED),
-      queuedTotal: readTotal(i32, totals + LT_QUEUED),
-      refusedFull: readTotal(i32, totals + LT_REFUSED_FULL),
-      refusedEntries: readTotal(i32, totals + LT_REFUSED_ENTRIES),
-      released: readTotal(i32, totals + LT_RELEASED),
-      cancels: readTotal(i32, totals + LT_CANCELS),
-      cancelsAfterPromote: readTotal(i32, totals + LT_CANCEL_AFTER_PROMOTE),
-      reclaimed: readTotal(i32, totals + LT_RECLAIMED),
-      cancelRequests: readTotal(i32, totals + LT_CANCEL_REQUESTS),
+      entered: read(i32, totals + LT_ENTERED),
+      queuedTotal: read(i32, totals + LT_QUEUED),
+      refusedFull: read(i32, totals + LT_REFUSED_FULL),
+      refusedEntries: read(i32, totals + LT_REFUSED_ENTRIES),
+      released: read(i32, totals + LT_RELEASED),
+      cancels: read(i32, totals + LT_CANCELS),
+      cancelsAfterPromote: read(i32, totals + LT_CANCEL_AFTER_PROMOTE),
+      reclaimed: read(i32, totals + LT_RECLAIMED),
+      cancelRequests: read(i32, totals + LT_CANCEL_REQUESTS),
     }
   }
 
@@ -434,13 +453,6 @@ export class Lanes {
 
 function sameExchange (i32: Int32Array, at: number, x: ExchangeKey): boolean {
   return i32[at + E_EXCHANGE] === x[0] && i32[at + E_EXCHANGE + 1] === x[1] && i32[at + E_EXCHANGE + 2] === x[2] && i32[at + E_EXCHANGE + 3] === x[3]
-}
-
-function key64 (d: Buffer): Key64 {
-  let a = d.readInt32LE(0)
-  const b = d.readInt32LE(4)
-  if (a === 0 && b === 0) a = 1
-  return [a, b]
 }
 
 /** The QUEUED entry of session (sa, sb) with the oldest ticket (wrap-safe), or -1. */
@@ -533,7 +545,7 @@ export function reclaimLanesLocked (core: LedgerCore, row: number): { notify: nu
   }
   Atomics.store(i32, base + LN_PENDING, pending)
   Atomics.store(i32, base + LN_ACTIVE, active)
-  if (reclaimed > 0) bump(i32, base + LN_TOTALS + LT_RECLAIMED, reclaimed)
+  if (reclaimed > 0) addLocked(i32, base + LN_TOTALS + LT_RECLAIMED, reclaimed)
   return { notify, reclaimed, lost }
 }
 

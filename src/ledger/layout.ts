@@ -10,11 +10,41 @@
 //   [ BigInt64 region: budget64 | rows64 x ROWS ]   (8-byte aligned)
 //
 // The dimensions (permits, queue sizes, rows) are written into header32 by the primary at
-// creation, so any thread rebuilds the same layout from the buffer alone (`dimsOf(sab)`). Byte quantities and monotonic totals live in BigInt64 cells (no wrap,
-// budgets above 2 GiB); everything touched on the permit fast path is Int32, including the
-// permit totals, kept as (lo, hi) pairs so they never wrap and never allocate a BigInt.
+// creation, so any thread rebuilds the same layout from the buffer alone (`dimsOf(sab)`).
+// Byte quantities live in BigInt64 cells (budgets above 2 GiB); everything touched on the
+// permit fast path is Int32, including the totals, kept as (lo, hi) pairs (pair64.ts,
+// PAIR_FIELDS cells each) so they never wrap and never allocate a BigInt.
 //
 // Gates are numbered: GATE_EXCHANGE = 0, GATE_PARSE = 1.
+//
+// ## Invariants
+//
+//   Y1  Every cell has one name, and regions are disjoint and in bounds; each block's size is
+//       its field count (*_FIELDS), which `computeLayout` sums (test/unit/ledger/layout.test.ts
+//       checks every cell is named exactly once).
+//   Y2  Any change to the cells bumps LAYOUT_VERSION: a buffer of another version is refused.
+//
+// ## Policy
+//
+// Cells are grouped by who writes them: the header and the gate dims by the primary before
+// any thread attaches; gate, lane and run blocks under the ledger lock; row blocks by their
+// owner (ledger.ts). Each block's file says how.
+//
+// ## Cancel safety
+//
+// Does not apply: constants and pure functions, nothing waits.
+//
+// ## Memory ordering
+//
+// Does not apply here (each structure's file states its own). `createLedger` publishes the
+// initialised buffer by storing H_MAGIC last, with Atomics.
+//
+// ## Death
+//
+// Does not apply: the layout is fixed at creation and no thread's death changes it.
+
+import { PAIR_FIELDS } from './pair64.ts'
+import { TL_PARKED, TOKEN_LOCK_FIELDS } from './token-lock.ts'
 
 export const MAGIC = 0x51c1ce01
 export const LAYOUT_VERSION = 4
@@ -26,14 +56,17 @@ export const GATES = 2
 // ---- Int32 header ----
 export const H_MAGIC = 0
 export const H_VERSION = 1
-/** The one ledger lock: 0 = free, else the holder's token (row index + 1). */
+/** The one ledger lock, TOKEN_LOCK_FIELDS cells (token-lock.ts): 0 = free, else the holder's token (row + 1). */
 export const H_LOCK = 2
 /** Threads parked in Atomics.wait on H_LOCK (unlock notifies only when > 0). */
-export const H_LOCK_PARKED = 3
-export const H_ROWS = 4
-/** Per gate: maxPermits at H_GATE_DIMS + 2*g, maxQueued at H_GATE_DIMS + 2*g + 1. */
-export const H_GATE_DIMS = 5
-export const H_DRAINING = H_GATE_DIMS + 2 * GATES // 9: 1 while the gateway drains for shutdown
+export const H_LOCK_PARKED = H_LOCK + TL_PARKED
+export const H_ROWS = H_LOCK + TOKEN_LOCK_FIELDS
+/** Per gate g, GATE_DIM_FIELDS cells at H_GATE_DIMS + GATE_DIM_FIELDS * g. */
+export const H_GATE_DIMS = H_ROWS + 1
+export const GD_MAX_PERMITS = 0
+export const GD_MAX_QUEUED = 1
+export const GATE_DIM_FIELDS = 2
+export const H_DRAINING = H_GATE_DIMS + GATE_DIM_FIELDS * GATES // 9: 1 while the gateway drains for shutdown
 /** Slots in the run table (turn pins). */
 export const H_RUN_SLOTS = H_DRAINING + 1
 /** Entries in the session-lane table (0 disables lanes). Added in layout version 2. */
@@ -60,8 +93,7 @@ export const G_SLOTS = 2        // physical slots = G_QUEUE_MAX + G_MAX (GRANTED
 export const G_ACTIVE = 3       // = sum(rows HELD) + count(GRANTED slots), outside the lock
 export const G_QUEUED = 4       // = count(WAITING slots), outside the lock
 export const G_NEXT_TICKET = 5  // arrival order; compared with wrap-safe subtraction
-export const G_TOTALS = 6         // GATE_TOTAL_FIELDS cells of totals follow
-export const GATE32_FIELDS = G_TOTALS + 16 // = G_TOTALS + GATE_TOTAL_FIELDS
+export const G_TOTALS = 6       // GATE_TOTAL_FIELDS cells of totals follow (below)
 
 // ---- Int32 per waiter slot ----
 export const S_STATE = 0
@@ -84,6 +116,7 @@ export const GT_CANCELS = 10        // waiters removed by their AbortSignal
 export const GT_CANCEL_AFTER_GRANT = 12 // aborts that lost the race to a grant: permit put back
 export const GT_RECLAIMED = 14      // permits reclaimed from dead rows (held or granted to them)
 export const GATE_TOTAL_FIELDS = 16
+export const GATE32_FIELDS = G_TOTALS + GATE_TOTAL_FIELDS
 
 // ---- BigInt64 header / budget ----
 export const B_LIMIT = 0
@@ -151,7 +184,7 @@ export const R_HELD = 3             // + gate number: permits of that gate this 
 export const R_COUNTERS = R_HELD + GATES
 export const ROW_COUNTERS = 64
 /** Per-row gauges (layout version 3), written only by the row's own thread with Atomics.add. */
-export const R_GAUGES = R_COUNTERS + 2 * ROW_COUNTERS
+export const R_GAUGES = R_COUNTERS + PAIR_FIELDS * ROW_COUNTERS
 export const RG_STREAMS = 0           // relays in flight (active stream readers)
 export const RG_PENDING_BYTES = 1     // stream bytes held back or queued to the client
 export const RG_INSPECTOR_BYTES = 2   // bytes held by the SSE framer (an unfinished frame)
@@ -166,7 +199,10 @@ export const HIST_COUNT = 3
 /** Upper bounds (ms) of the buckets; one more bucket (+Inf) follows. */
 export const HIST_BOUNDS_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000] as const
 /** (lo, hi) pairs: one per bucket incl. +Inf (not cumulative), then the sum in µs, then the count. */
-export const HIST_FIELDS = 2 * (HIST_BOUNDS_MS.length + 1) + 2 + 2
+export const HIST_BUCKETS = HIST_BOUNDS_MS.length + 1
+export const HIST_SUM_US = PAIR_FIELDS * HIST_BUCKETS
+export const HIST_N = HIST_SUM_US + PAIR_FIELDS
+export const HIST_FIELDS = HIST_N + PAIR_FIELDS
 /** Envelope-parse slots this row holds (layout version 4; see H_EP_MAX). */
 export const R_ENVELOPES = R_HISTS + HIST_COUNT * HIST_FIELDS
 export const ROW32_FIELDS = R_ENVELOPES + 1
@@ -261,6 +297,9 @@ export function dimsOf (sab: SharedArrayBuffer): LedgerDims {
   const h = new Int32Array(sab, 0, HEADER32_FIELDS)
   if (h[H_MAGIC] !== MAGIC || h[H_VERSION] !== LAYOUT_VERSION) throw new Error('not a sluice ledger buffer (or another layout version)')
   const gates: GateDims[] = []
-  for (let g = 0; g < GATES; g++) gates.push({ maxPermits: h[H_GATE_DIMS + 2 * g], maxQueued: h[H_GATE_DIMS + 2 * g + 1] })
+  for (let g = 0; g < GATES; g++) {
+    const at = H_GATE_DIMS + GATE_DIM_FIELDS * g
+    gates.push({ maxPermits: h[at + GD_MAX_PERMITS], maxQueued: h[at + GD_MAX_QUEUED] })
+  }
   return { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS], lanes: h[H_LANE_ENTRIES] }
 }

@@ -3,24 +3,57 @@
 // over one SharedArrayBuffer. The primary creates it (`createLedger`) and keeps row 0; each
 // HTTP worker attaches with its own row (`attachLedger`). No I/O here.
 //
-// ## Rows
+// ## Layout (layout.ts)
 //
-// Row r belongs to one thread at a time. Its Int32 block holds R_STATE (UNUSED / ALIVE /
-// DEAD), R_GENERATION (bumped at each assignment, so a restarted worker never inherits a
-// previous life's holdings), R_THREAD_ID and, per gate, the permits claimed; its BigInt64
-// block holds reserved bytes and the heap figures the worker reports.
+//   header (Int32):   H_DRAINING (1 while the gateway drains), the dims (H_ROWS, H_GATE_DIMS...)
+//   row r (Int32):    R_STATE (UNUSED / ALIVE / DEAD), R_GENERATION, R_THREAD_ID, R_HELD + gate,
+//                     R_COUNTERS (refusals by catalogue code, (lo, hi)), R_GAUGES (RG_*: row
+//                     gauges), R_HISTS (HIST_* latency histograms, (lo, hi)), R_ENVELOPES
+//   row r (BigInt64): R64_BYTES, R64_HEAP_USED, R64_HEAP_LIMIT, R64_EXTERNAL, R64_UPDATED_MS
+//   budget (BigInt64): B_REPAIRS (locks stolen from the dead), B_ROW_RECLAIMS (rows reclaimed)
 //
-// Only the owning thread writes its holdings. The primary writes R_STATE and
-// R_GENERATION while the row is not in use (before starting a worker, and in `reclaimRow`
-// after the worker's `exit` was observed). The supervisor passes the generation of the life
-// that died, so a late reclaim can never touch a restarted worker's new life.
+// The gates, the byte budget, the envelope allowance, the run table and the lanes own the
+// rest (gate.ts, budget.ts, envelopes.ts, runs.ts, lanes.ts); this file creates the buffer,
+// owns the rows, and reclaims a dead row across all of them.
 //
-// ## Reclaim: exactly once
+// ## Invariants
+//
+//   W1  Row r belongs to one thread at a time. Only the owning thread writes its holdings,
+//       counters, gauges, histograms and heap figures. The primary writes R_STATE,
+//       R_GENERATION and R_THREAD_ID while the row is not in use (before starting a worker,
+//       and in `reclaimRow` after the worker's `exit` was observed).
+//   W2  A row is (re)assigned only when it holds nothing (`assignRow` throws otherwise), and
+//       each assignment bumps R_GENERATION, so a restarted worker never inherits a previous
+//       life's holdings.
+//   W3  A life's holdings are reclaimed at most once (see Death).
+//
+// ## Policy
+//
+// Each structure keeps its own policy (FIFO gates, try-reserve budget, FIFO session lanes).
+// Row counters and histograms are totals that survive the row's death (summed over every
+// row); row gauges describe live streams, so a reclaim zeroes them.
+//
+// ## Cancel safety
+//
+// Every method is synchronous except `reclaimRow`, which retries the non-parking
+// `tryReclaimRow` on later turns of the event loop; each attempt does all of a reclaim or
+// nothing (null), so a reclaim abandoned between attempts leaves nothing half done.
+//
+// ## Memory ordering
+//
+// Row cells are read by any thread with Atomics.load and written by their owner with
+// Atomics (gauges with Atomics.add); (lo, hi) counters follow pair64.ts (`addOwned`: the row's
+// owner is their one writer). Reclaim runs under the ledger lock. Sums over rows taken
+// without the lock (gauges, histograms, refusals) may mix two moments: metrics only.
+//
+// ## Death
 //
 // `reclaimRow(r)` runs in the primary's worker `exit` handler. Under the lock (stolen from
 // the dead thread if it died holding it) it zeroes the row's holdings with Atomics.exchange,
-// frees its waiter slots, rebuilds derived counters, hands freed permits to waiters, and
-// marks the row DEAD. A second call finds zeros and DEAD and does nothing.
+// frees its waiter slots and lane entries, rebuilds derived counters, hands freed permits to
+// waiters, zeroes its gauges and marks the row DEAD. A second call finds zeros and DEAD and
+// does nothing. The supervisor passes the generation of the life that died, so a late
+// reclaim can never touch a restarted worker's new life.
 
 import { ByteBudget, reclaimBytesLocked, type BudgetSnapshot } from './budget.ts'
 import { LedgerCore } from './core.ts'
@@ -30,10 +63,11 @@ import {
   H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
   ROW_ALIVE, ROW_DEAD, R64_BYTES, R_ENVELOPES, R_COUNTERS, ROW_COUNTERS, R_GAUGES, ROW_GAUGES, R_HISTS, HIST_FIELDS, HIST_BOUNDS_MS,
+  HIST_BUCKETS, HIST_N, HIST_SUM_US, GATE_DIM_FIELDS, GD_MAX_PERMITS, GD_MAX_QUEUED,
   computeLayout,
 } from './layout.ts'
 import { errorCodes, type ErrorCode } from '../errors.ts'
-import { readTotal } from './gate.ts'
+import { addOwned, PAIR_FIELDS, read } from './pair64.ts'
 import { RunTable } from './runs.ts'
 import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot, type LostEntry } from './lanes.ts'
 import { EnvelopeParses, initEnvelopes, reclaimEnvelopesLocked, type EnvelopeSnapshot } from './envelopes.ts'
@@ -144,9 +178,8 @@ export class Ledger {
 
   /** Counts one refusal or failure with this code (metrics: sluice_refusals_total{code}). */
   countRefusal (code: ErrorCode): void {
-    const at = this.core.layout.row32(this.core.row) + R_COUNTERS + 2 * (codeIndex.get(code) ?? 0)
-    // Only this thread writes its row's counters: add to lo, carry into hi on wrap.
-    if (Atomics.add(this.core.i32, at, 1) === -1) Atomics.add(this.core.i32, at + 1, 1)
+    const at = this.core.layout.row32(this.core.row) + R_COUNTERS + PAIR_FIELDS * (codeIndex.get(code) ?? 0)
+    addOwned(this.core.i32, at, 1) // only this thread writes its row's counters
   }
 
   /** Adds `delta` to one of this thread's row gauges (RG_*): only the owner writes its row. */
@@ -160,10 +193,9 @@ export class Ledger {
     const at = this.core.layout.row32(this.core.row) + R_HISTS + hist * HIST_FIELDS
     let b = 0
     while (b < HIST_BOUNDS_MS.length && ms > HIST_BOUNDS_MS[b]) b++
-    addPair(i32, at + 2 * b, 1)
-    const sum = at + 2 * (HIST_BOUNDS_MS.length + 1)
-    addPair(i32, sum, Math.max(0, Math.round(ms * 1000)))
-    addPair(i32, sum + 2, 1)
+    addOwned(i32, at + PAIR_FIELDS * b, 1)
+    addOwned(i32, at + HIST_SUM_US, Math.max(0, Math.round(ms * 1000)))
+    addOwned(i32, at + HIST_N, 1)
   }
 
   /** Row gauges summed over live rows (a dead row's gauges are zeroed by its reclaim). */
@@ -179,14 +211,14 @@ export class Ledger {
   /** One histogram summed over every row: per-bucket counts (not cumulative), sum (ms), count. */
   histogram (hist: number): { buckets: number[]; sumMs: number; count: number } {
     const { i32, layout } = this.core
-    const buckets = new Array<number>(HIST_BOUNDS_MS.length + 1).fill(0)
+    const buckets = new Array<number>(HIST_BUCKETS).fill(0)
     let sumUs = 0
     let count = 0
     for (let r = 0; r < layout.dims.rows; r++) {
       const at = layout.row32(r) + R_HISTS + hist * HIST_FIELDS
-      for (let b = 0; b < buckets.length; b++) buckets[b] += readTotal(i32, at + 2 * b)
-      sumUs += readTotal(i32, at + 2 * buckets.length)
-      count += readTotal(i32, at + 2 * buckets.length + 2)
+      for (let b = 0; b < HIST_BUCKETS; b++) buckets[b] += read(i32, at + PAIR_FIELDS * b)
+      sumUs += read(i32, at + HIST_SUM_US)
+      count += read(i32, at + HIST_N)
     }
     return { buckets, sumMs: sumUs / 1000, count }
   }
@@ -197,7 +229,7 @@ export class Ledger {
     const { i32, layout } = this.core
     for (const [code, i] of codeIndex) {
       let n = 0
-      for (let r = 0; r < layout.dims.rows; r++) n += readTotal(i32, layout.row32(r) + R_COUNTERS + 2 * i)
+      for (let r = 0; r < layout.dims.rows; r++) n += read(i32, layout.row32(r) + R_COUNTERS + PAIR_FIELDS * i)
       if (n > 0) out.set(code, n)
     }
     return out
@@ -331,13 +363,6 @@ export class Ledger {
   }
 }
 
-/** Adds n to a (lo, hi) pair written by one thread only (the row's owner). */
-function addPair (i32: Int32Array, at: number, n: number): void {
-  for (; n > 0x7fffffff; n -= 0x7fffffff) addPair(i32, at, 0x7fffffff)
-  const before = Atomics.add(i32, at, n | 0) >>> 0
-  if (before + (n >>> 0) > 0xffffffff) Atomics.add(i32, at + 1, 1)
-}
-
 /** Primary: allocate and initialise the buffer; returns the primary's handle (row 0). */
 export function createLedger (opts: LedgerOptions): Ledger {
   const dims = {
@@ -361,8 +386,8 @@ export function createLedger (opts: LedgerOptions): Ledger {
   initLanes(i32, layout.lanes32, dims.lanes, opts.pendingPerSession ?? 5, opts.activePerSession ?? 1)
   initEnvelopes(i32, opts.envelopeParses ?? 0)
   for (let g = 0; g < GATES; g++) {
-    i32[H_GATE_DIMS + 2 * g] = dims.gates[g].maxPermits
-    i32[H_GATE_DIMS + 2 * g + 1] = dims.gates[g].maxQueued
+    i32[H_GATE_DIMS + GATE_DIM_FIELDS * g + GD_MAX_PERMITS] = dims.gates[g].maxPermits
+    i32[H_GATE_DIMS + GATE_DIM_FIELDS * g + GD_MAX_QUEUED] = dims.gates[g].maxQueued
     initGate(i32, layout.gate32[g], dims.gates[g].maxPermits, dims.gates[g].maxQueued)
   }
   i64[layout.budget64 + B_LIMIT] = BigInt(opts.storageBytes)

@@ -5,7 +5,7 @@
 //
 //   RUN_SLOTS x { RUN_HASH_A, RUN_HASH_B, RUN_COUNT, RUN_LAST_USED }
 //
-// A run is keyed by 64 bits of scopedHash(key name, run id) (scoped-hash.ts); (0, 0) marks an empty slot.
+// A run is keyed by scopedKey64(key name, run id) (scoped-hash.ts); (0, 0) marks an empty slot.
 //
 // ## Invariants (outside the lock)
 //
@@ -20,13 +20,23 @@
 // oldest of 4096 starts over. That is the one way a pin can be exceeded; the table size is
 // the knob (`limits.maxTrackedRuns`).
 //
+// ## Cancel safety
+//
+// Does not apply: take() and giveBack() are synchronous and never wait. A refused exchange
+// that took a turn gives it back (giveBack) before the provider is asked.
+//
+// ## Memory ordering
+//
+// Plain Int32 accesses inside the ledger lock, which orders them; nothing reads the table
+// without the lock.
+//
 // ## Death
 //
 // Counts belong to runs, not rows: a dead worker's turns stay taken (the exchanges happened).
 // A thread that dies inside take() can leave a half-written slot (a hash without its count);
 // it is not repaired: such a slot is a run nobody will look up, evicted like any other.
 
-import { scopedHash } from './scoped-hash.ts'
+import { scopedKey64, type Key64 } from './scoped-hash.ts'
 import type { LedgerCore } from './core.ts'
 import { RUN_COUNT, RUN_FIELDS, RUN_HASH_A, RUN_HASH_B, RUN_LAST_USED } from './layout.ts'
 
@@ -37,7 +47,7 @@ export type TakeResult = { ok: true; count: number } | { ok: false; count: numbe
 export class RunTable {
   private readonly core: LedgerCore
   private readonly base: number
-  readonly slots: number
+  private readonly slots: number
 
   constructor (core: LedgerCore) {
     this.core = core
@@ -45,12 +55,9 @@ export class RunTable {
     this.slots = core.layout.dims.runs
   }
 
-  static hash (key: string, run: string): [number, number] {
-    const d = scopedHash(key, run)
-    let a = d.readInt32LE(0)
-    const b = d.readInt32LE(4)
-    if (a === 0 && b === 0) a = 1
-    return [a, b]
+  /** The run's table key (scoped-hash.ts). */
+  static hash (key: string, run: string): Key64 {
+    return scopedKey64(key, run)
   }
 
   /** Takes one exchange for the run, or refuses when it already has `max`. */

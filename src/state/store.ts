@@ -60,7 +60,7 @@
 //
 // ## Fairness
 //
-// One lock, short critical sections, no queue: the lock is taken by CAS (token = row + 1),
+// One lock (src/ledger/token-lock.ts, token = row + 1), short critical sections, no queue,
 // spinning then parking in 1 ms Atomics.wait slices, like the event ring. A put copies its
 // own bytes and at most the blobs it moves; a chain copies its payloads out.
 //
@@ -90,44 +90,45 @@
 // needs any more. The primary never parks: if a live thread holds the lock it reports
 // 'busy' and the caller retries on a later turn.
 
-import { bump, readTotal } from '../ledger/gate.ts'
+import { addLocked as bump, read as readTotal, readLocked as readPair, writeLocked as writePair } from '../ledger/pair64.ts'
 import { scopedHash } from '../ledger/scoped-hash.ts'
+import { TokenLock } from '../ledger/token-lock.ts'
 
 // ---- header (Int32 cells) ----
 const H_MAGIC = 0
-const H_LOCK = 1
-const H_ROWS = 2
-const H_SLOTS = 3
-const H_BUCKETS = 4
-const H_TOMBS = 5
-const H_CAPACITY = 6
-const H_HEAD = 7
-const H_TAIL = 8
-const H_RECORDS = 9
-const H_FREE_SLOT = 10
-const H_TOMB_NEXT = 11
-const H_TOMB_COUNT = 12
-const H_ENTRIES = 13
-const H_ENTRY_BYTES = 14
-const H_BLOBS = 15
-const H_BLOB_BYTES = 16
-const H_PINNED_BYTES = 17
-const H_PINS = 18
-const H_ENTRY_CAP = 19
-const H_BLOB_CAP = 20
-const H_BLOB_TOTAL_CAP = 21
-const H_TTL = 22            // (lo, hi) ms
-const H_USED = 24
-const H_BLOB_THRESHOLD = 25
-const T_EVICT_CAP = 26      // totals, (lo, hi) pairs
-const T_EVICT_TTL = 28
-const T_REFUSED_LARGE = 30
-const T_REFUSED_ROOM = 32
-const T_MOVED = 34
-const T_PUTS = 36
-const T_REPAIRS = 38
-const T_PINS_RECLAIMED = 40
-const HEADER_FIELDS = 42
+const H_LOCK = 1           // TokenLock cells (src/ledger/token-lock.ts): the word, then the parked count
+const H_ROWS = 3
+const H_SLOTS = 4
+const H_BUCKETS = 5
+const H_TOMBS = 6
+const H_CAPACITY = 7
+const H_HEAD = 8
+const H_TAIL = 9
+const H_RECORDS = 10
+const H_FREE_SLOT = 11
+const H_TOMB_NEXT = 12
+const H_TOMB_COUNT = 13
+const H_ENTRIES = 14
+const H_ENTRY_BYTES = 15
+const H_BLOBS = 16
+const H_BLOB_BYTES = 17
+const H_PINNED_BYTES = 18
+const H_PINS = 19
+const H_ENTRY_CAP = 20
+const H_BLOB_CAP = 21
+const H_BLOB_TOTAL_CAP = 22
+const H_TTL = 23            // (lo, hi) ms
+const H_USED = 25
+const H_BLOB_THRESHOLD = 26
+const T_EVICT_CAP = 27      // totals, (lo, hi) pairs
+const T_EVICT_TTL = 29
+const T_REFUSED_LARGE = 31
+const T_REFUSED_ROOM = 33
+const T_MOVED = 35
+const T_PUTS = 37
+const T_REPAIRS = 39
+const T_PINS_RECLAIMED = 41
+const HEADER_FIELDS = 43
 
 // ---- index slot ----
 const S_KIND = 0
@@ -171,7 +172,6 @@ const REASONS = ['', 'evicted', 'expired', 'not_continuable'] as const
 
 const MAGIC = 0x51c1c0de
 const WRAP = -1
-const SPINS = 100
 const MAX_HASH_CHARS = 256
 
 /** The smallest store createStoreBuffer accepts. */
@@ -287,6 +287,8 @@ class StoreCore {
   readonly d32: Int32Array
   readonly d8: Uint8Array
   readonly token: number
+  /** The store's lock (the same token lock as the ledger's and the event ring's). */
+  readonly tl: TokenLock
 
   constructor (sab: SharedArrayBuffer, row: number) {
     this.sab = sab
@@ -301,6 +303,7 @@ class StoreCore {
     this.d8 = new Uint8Array(sab, this.d.dataAt, this.d.capacity)
     if (!Number.isInteger(row) || row < 0 || row >= this.d.rows) throw new RangeError(`store row ${row} out of range (rows: ${this.d.rows})`)
     this.token = row + 1
+    this.tl = new TokenLock(this.h, H_LOCK, this.token, 'conversation store')
   }
 
   snapshot (): StoreSnapshot {
@@ -332,23 +335,9 @@ class StoreCore {
 
   // ---- the lock ----
 
-  lock (): void {
-    const h = this.h
-    let spins = 0
-    for (;;) {
-      if (Atomics.compareExchange(h, H_LOCK, 0, this.token) === 0) return
-      const holder = Atomics.load(h, H_LOCK)
-      if (holder === this.token) throw new Error('conversation store lock re-entered')
-      if (++spins < SPINS) continue
-      Atomics.wait(h, H_LOCK, holder, 1)
-      spins = 0
-    }
-  }
+  lock (): void { this.tl.lock() }
 
-  unlock (): void {
-    if (Atomics.compareExchange(this.h, H_LOCK, this.token, 0) !== this.token) throw new Error('conversation store lock released by a thread that does not hold it')
-    Atomics.notify(this.h, H_LOCK, 1)
-  }
+  unlock (): void { this.tl.unlock() }
 
   // ---- index (inside the lock) ----
 
@@ -906,17 +895,9 @@ export class StoreRepair {
   reclaimRow (row: number, isDeadToken: (token: number) => boolean): { pins: number, rebuilt: boolean } | 'busy' {
     const c = this.c
     const { h } = c
-    let rebuilt = false
-    let got = false
-    for (let spins = 0; spins < SPINS && !got; spins++) {
-      const holder = Atomics.load(h, H_LOCK)
-      if (holder === 0) got = Atomics.compareExchange(h, H_LOCK, 0, c.token) === 0
-      else if (isDeadToken(holder)) {
-        got = Atomics.compareExchange(h, H_LOCK, holder, c.token) === holder
-        rebuilt = got
-      }
-    }
-    if (!got) return 'busy'
+    const got = c.tl.tryLockOrSteal(isDeadToken)
+    if (got === null) return 'busy'
+    const rebuilt = got === 'stolen'
     try {
       if (rebuilt) { this.rebuild(); bump(h, T_REPAIRS) }
       let pins = 0
@@ -1034,11 +1015,6 @@ export function storeLockHolder (sab: SharedArrayBuffer): number {
   return Atomics.load(new Int32Array(sab, 0, HEADER_FIELDS), H_LOCK)
 }
 
-function readPair (a: Int32Array, at: number): number { return (a[at] >>> 0) + a[at + 1] * 0x100000000 }
-function writePair (a: Int32Array, at: number, v: number): void {
-  a[at] = v % 0x100000000 | 0
-  a[at + 1] = Math.floor(v / 0x100000000)
-}
 
 /**
  * Test support, on a quiescent store: recomputes every derived cell from the records and the

@@ -6,7 +6,7 @@
 import t from 'tap'
 import { SluiceError } from '../../../src/errors.ts'
 import type { Gate, GateSnapshot } from '../../../src/ledger/gate.ts'
-import { bump, readTotal } from '../../../src/ledger/gate.ts'
+import { addLocked as bump, read as readTotal } from '../../../src/ledger/pair64.ts'
 import { FREE, GRANTED, G_NEXT_TICKET, G_TOTALS, GT_ADMITTED, WAITING } from '../../../src/ledger/layout.ts'
 import type { Ledger } from '../../../src/ledger/ledger.ts'
 import { assertIdle, makeLedger, outcome, rowHandle, Settlements, slotStates, turn, unitOptions } from './helpers.ts'
