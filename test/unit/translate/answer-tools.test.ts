@@ -144,7 +144,7 @@ t.test('Codex on an Anthropic provider: thinking and redacted thinking kept in e
   const raw = capture('codex-tool-exec-01-POST-v1_responses.json')
   const next = { ...raw, input: [...raw.input, ...out.output, { type: 'function_call_output', call_id: 'toolu_5', output: 'a.txt' }] }
   const { body } = translateRequest({ from: 'openai-responses', to: 'anthropic', body: next, model: 'provider-model', issuer: 'anthropic:prov' })
-  const assistant = (body.messages as Json[]).findLast(m => m.role === 'assistant')
+  const assistant = (body.messages as Json[]).findLast(m => m.role === 'assistant') as Json
   t.same(assistant.content.slice(0, 3), [
     { type: 'thinking', thinking: 'Run ls.', signature: 'EqMBCkYIBxgCKkD+/sig==' },
     { type: 'redacted_thinking', data: 'EmwKAhgBEgy+redacted==' },
