@@ -153,6 +153,9 @@ function prepareOrThrow ({ body, route, limits, aliases, envelope, translate }: 
   if (translate !== undefined && envelope !== undefined) {
     return refusal('internal_error', { reason: 'an envelope is translated in a second call (its exchange body)' })
   }
+  if (translate !== undefined && ROUTE_PROTOCOL[route] === translate.to) {
+    return refusal('internal_error', { reason: 'a same-protocol route is relayed byte-exact, never translated' })
+  }
   const { depth, nodes } = checkJson(body, limits) // throws json_too_deep / json_too_many_nodes
   if (envelope !== undefined) return prepareEnvelope(body, envelope, aliases, depth, nodes)
   if (translate !== undefined) {

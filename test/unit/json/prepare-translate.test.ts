@@ -116,6 +116,8 @@ t.test('refusals are plain data with a catalogue code', async t => {
   t.match(prepare(task(bytes('[' .repeat(200) + ']'.repeat(200)), 'chat', 'anthropic')), { ok: false, error: { code: 'json_too_deep' } })
   t.match(prepare(task(bytes({ model: 'm', messages: 'hi' }), 'messages', 'openai-chat')), { ok: false, error: { code: 'invalid_request', details: { field: 'messages' } } })
   t.match(prepare(task(bytes(base), 'chat', 'anthropic', { envelope: 'exchange' })), { ok: false, error: { code: 'internal_error' } }, 'an envelope is translated in a second call')
+  t.match(prepare(task(bytes(base), 'chat', 'openai-chat')), { ok: false, error: { code: 'internal_error', details: { reason: /same-protocol/ } } }, 'a same-protocol route is never translated')
+  t.match(prepare(task(bytes({ model: 'm', messages: [] }), 'count_tokens', 'anthropic')), { ok: false, error: { code: 'internal_error' } }, 'count_tokens on an Anthropic provider is asked upstream')
 })
 
 t.test('an envelope: the second call translates its exchange body', async t => {
