@@ -384,11 +384,16 @@ function collect (events: readonly CanonicalEvent[], request: RequestSummary): C
   return c
 }
 
-/** A stable id from the provider's: its own part after the protocol prefix, else a fresh one. */
-function ident (prefix: string, providerId: string): string {
-  if (providerId.startsWith(prefix)) return providerId
-  const bare = providerId.replace(/^(chatcmpl-|resp_|msg_)/, '').replace(/[^a-zA-Z0-9_-]/g, '')
-  return prefix + (bare !== '' ? bare : crypto.randomUUID().replaceAll('-', ''))
+/**
+ * The client's answer id from the provider's (the stream side's rule: prefixed when it lacks
+ * the client protocol's prefix, characters outside [A-Za-z0-9_-] replaced for Responses and
+ * Messages ids); a fresh one when the provider sent none.
+ */
+function ident (prefix: 'chatcmpl-' | 'resp_' | 'msg_', providerId: string): string {
+  const id = providerId === '' ? crypto.randomUUID().replaceAll('-', '') : providerId
+  if (prefix === 'chatcmpl-') return id.startsWith('chatcmpl') ? id : prefix + id
+  const clean = id.replace(/[^A-Za-z0-9_-]/g, '_')
+  return clean.startsWith(prefix) ? clean : prefix + clean
 }
 
 export function renderAnswer (to: Protocol, events: readonly CanonicalEvent[], request: RequestSummary): Obj {

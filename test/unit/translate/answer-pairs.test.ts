@@ -137,3 +137,20 @@ t.test('item and byte caps', async t => {
   t.equal(code({ maxOutputItems: 1, maxOutputBytes: 1 << 20 }), 'output_too_large', 'two items do not fit one')
   t.equal(code({ maxOutputItems: 256, maxOutputBytes: 20 }), 'output_too_large', 'bytes over the cap')
 })
+
+t.test('answer ids: the client protocol\'s prefix, the provider\'s id inside', async t => {
+  const run = (provider: Protocol, client: Protocol, answer: Json): Json =>
+    translateAnswer(provider, client, answer, { request: summaryFor(CLIENT_FILE[client], provider), issuer: 'x:y', limits: LIMITS }) as Json
+  t.equal(run('anthropic', 'openai-chat', TEXT_ANSWERS.anthropic).id, 'chatcmpl-msg_abc123')
+  t.equal(run('anthropic', 'openai-responses', TEXT_ANSWERS.anthropic).id, 'resp_msg_abc123')
+  t.equal(run('openai-chat', 'anthropic', TEXT_ANSWERS['openai-chat']).id, 'msg_chatcmpl-abc123')
+  t.equal(run('openai-responses', 'anthropic', TEXT_ANSWERS['openai-responses']).id, 'msg_resp_abc123')
+  t.equal(run('openai-responses', 'openai-chat', TEXT_ANSWERS['openai-responses']).id, 'chatcmpl-resp_abc123')
+  t.equal(run('openai-chat', 'openai-responses', { ...TEXT_ANSWERS['openai-chat'], id: 'gen/42:x' }).id, 'resp_gen_42_x', 'characters outside [A-Za-z0-9_-] replaced')
+  const a = run('openai-chat', 'anthropic', { ...TEXT_ANSWERS['openai-chat'], id: undefined }).id as string
+  const b = run('openai-chat', 'anthropic', { ...TEXT_ANSWERS['openai-chat'], id: undefined }).id as string
+  t.match(a, /^msg_[A-Za-z0-9]{32}$/, 'no provider id: a fresh one')
+  t.not(a, b, 'fresh each time')
+  const out = run('anthropic', 'openai-responses', TEXT_ANSWERS.anthropic)
+  t.same(out.output.map((i: Json) => i.id), ['rs_msg_abc123_0', 'msg_msg_abc123_1'], 'item ids from the response id and the item index')
+})
