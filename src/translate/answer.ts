@@ -165,6 +165,8 @@ class Events {
   finish (stop: StopReason, usage: Usage | undefined): void {
     if (stop === 'length' && this.lastIsCall()) throw broken('the provider stopped for its length limit inside a tool call: its arguments are incomplete')
     if (stop === 'end' && this.calls > 0) stop = 'tool_calls'
+    // a tool stop with no call of the client's (none made, or only server-side tools ran)
+    else if (stop === 'tool_calls' && this.calls === 0) stop = 'end'
     this.out.push(usage === undefined ? { type: 'finish', stop } : { type: 'finish', stop, usage })
   }
 

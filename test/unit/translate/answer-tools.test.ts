@@ -6,6 +6,7 @@ import t from 'tap'
 import type { Protocol } from '../../../src/translate/canonical.ts'
 import { translateAnswer } from '../../../src/translate/answer.ts'
 import { translateRequest } from '../../../src/translate/request/index.ts'
+import { summarise } from '../../../src/translate/summary.ts'
 import { CLIENT_FILE, LIMITS, capture, summaryFor, wireOf, type Json } from './answer-helpers.ts'
 
 const APPLY_PATCH = 'codex-tool-applypatch-01-POST-v1_responses.json'
@@ -180,4 +181,32 @@ t.test('incomplete calls are refused, never completed', async t => {
 t.test('a name the request did not declare comes back as a plain function', async t => {
   const out = run(CLAUDE, 'openai-chat', 'anthropic', chatAnswer([fn('c1', 'Invented', '{}')]))
   t.same(out.content, [{ type: 'tool_use', id: 'c1', name: 'Invented', input: {} }])
+})
+
+t.test('a Chat client\'s custom tool on an Anthropic provider: a custom tool call with its input', async t => {
+  const body = {
+    model: 'm',
+    messages: [{ role: 'user', content: 'patch it' }],
+    tools: [{ type: 'custom', custom: { name: 'apply_patch', description: 'Apply a patch' } }, { type: 'function', function: { name: 'ls', parameters: { type: 'object', properties: {} } } }],
+  }
+  const { request, body: sent } = translateRequest({ from: 'openai-chat', to: 'anthropic', body, model: 'provider-model', issuer: 'anthropic:prov' })
+  t.same((sent.tools as Json[]).map(x => x.name), ['apply_patch', 'ls'])
+  const summary = summarise(request, body)
+  const out = translateAnswer('anthropic', 'openai-chat', messagesAnswer([
+    { type: 'tool_use', id: 'toolu_1', name: 'apply_patch', input: { input: PATCH } },
+    { type: 'tool_use', id: 'toolu_2', name: 'ls', input: {} },
+  ]), { request: summary, issuer: 'anthropic:prov', limits: LIMITS }) as Json
+  t.same(out.choices[0].message.tool_calls, [
+    { id: 'toolu_1', type: 'custom', custom: { name: 'apply_patch', input: PATCH } },
+    { id: 'toolu_2', type: 'function', function: { name: 'ls', arguments: '{}' } },
+  ])
+  t.equal(out.choices[0].finish_reason, 'tool_calls')
+})
+
+t.test('a tool stop without a client call is an ordinary end', async t => {
+  const out = run(CHAT, 'anthropic', 'openai-chat', messagesAnswer([{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }, { type: 'text', text: 'done' }], 'tool_use'))
+  t.equal(out.choices[0].finish_reason, 'stop')
+  const empty = run(CLAUDE, 'openai-chat', 'anthropic', chatAnswer([], 'tool_calls', { content: 'nothing to run' }))
+  t.equal(empty.stop_reason, 'end_turn')
+  t.same(empty.content, [{ type: 'text', text: 'nothing to run' }])
 })
