@@ -130,6 +130,16 @@ t.test('an envelope: the second call translates its exchange body', async t => {
   t.equal(second.translation?.from, 'openai-responses')
   t.ok(second.translation?.tools.some(x => x.namespace === 'multi_agent_v1' && x.name === 'spawn_agent'))
   t.equal(shapes['openai-chat'].safeParse(JSON.parse(Buffer.from(second.body).toString())).success, true)
+
+  const claude = raw('claude-tool-bash-01-POST-v1_messages.json')
+  const rpc = prepare({ body: bytes({ jsonrpc: '2.0', id: 7, method: 'session/prompt', params: { sessionId: 's1', route: 'messages', body: claude } }), route: 'chat', envelope: 'rpc', limits: LIMITS, aliases: { [claude.model]: 'gpt-x' } })
+  if (!rpc.ok) return t.fail(JSON.stringify(rpc.error))
+  t.same(rpc.envelope, { route: 'messages', rpc: { id: 7, method: 'session/prompt', params: { sessionId: 's1', route: 'messages' } } })
+  const inner = prepare({ body: rpc.body, route: rpc.envelope!.route!, limits: LIMITS, aliases: {}, translate: { to: 'openai-responses', issuer: 'openai-responses:prov' } })
+  if (!inner.ok) return t.fail(JSON.stringify(inner.error))
+  t.equal(inner.model, 'gpt-x', 'the alias applied by the first call reaches the provider body')
+  t.equal(JSON.parse(Buffer.from(inner.body).toString()).model, 'gpt-x')
+  t.ok(inner.translation?.tools.some(x => x.name === 'Bash'))
 })
 
 t.test('count_tokens on a non-Anthropic provider: answered locally', async t => {
