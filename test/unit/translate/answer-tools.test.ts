@@ -210,3 +210,27 @@ t.test('a tool stop without a client call is an ordinary end', async t => {
   t.equal(empty.stop_reason, 'end_turn')
   t.same(empty.content, [{ type: 'text', text: 'nothing to run' }])
 })
+
+t.test('Codex sends the restored calls back: the next request reaches the Chat provider with the same wire names and call ids', async t => {
+  const s = summaryFor(APPLY_PATCH, 'openai-chat')
+  const out = run(APPLY_PATCH, 'openai-chat', 'openai-responses', chatAnswer([
+    fn('call_a', wireOf(s, 'apply_patch'), JSON.stringify({ input: PATCH })),
+    fn('call_b', wireOf(s, 'tool_search'), '{"query":"calendar"}'),
+  ]))
+  const raw = capture(APPLY_PATCH)
+  const next = {
+    ...raw,
+    input: [
+      ...raw.input,
+      ...out.output,
+      { type: 'custom_tool_call_output', call_id: 'call_a', output: 'Done!' },
+      { type: 'tool_search_output', call_id: 'call_b', status: 'completed', execution: 'client', tools: [] },
+    ],
+  }
+  const { body } = translateRequest({ from: 'openai-responses', to: 'openai-chat', body: next, model: 'provider-model', issuer: 'openai-chat:prov' })
+  const msgs = body.messages as Json[]
+  const assistant = msgs.findLast(m => m.role === 'assistant' && Array.isArray(m.tool_calls)) as Json
+  t.same(assistant.tool_calls.map((c: Json) => [c.id, c.function.name]), [['call_a', wireOf(s, 'apply_patch')], ['call_b', wireOf(s, 'tool_search')]])
+  t.same(JSON.parse(assistant.tool_calls[0].function.arguments), { input: PATCH }, 'the custom input goes back as the function argument')
+  t.same(msgs.filter(m => m.role === 'tool').slice(-2).map(m => m.tool_call_id), ['call_a', 'call_b'])
+})
