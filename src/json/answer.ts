@@ -15,6 +15,15 @@
 //                          answer may be valid, it is more than the gateway reads (local side)
 //   provider_protocol_error { reason }                      not UTF-8, not JSON, not an object
 // The parsed object never leaves this function; only the usage numbers do.
+//
+// Translated exchanges (`task.translate`, issue 12): after the same checks and parse, the
+// provider's answer is translated into the client protocol's answer (src/translate/answer.ts)
+// and serialised once into a fresh ArrayBuffer that goes back by transfer in place of the
+// provider's bytes (`translated: true`). `usage` is still read from the provider's answer.
+// Its refusals come back the same way: provider_protocol_error for a call that is not complete
+// (truncated or malformed arguments, a length stop inside a call) — never a completed call —,
+// provider_error for an error object in the answer, output_too_large past
+// translate.limits (maxOutputItems items, maxOutputBytes bytes of items or of the answer).
 
 import type { ErrorCode, ErrorDetails } from '../errors.ts'
 import { isErrorCode } from '../errors.ts'
@@ -22,6 +31,9 @@ import type { Protocol, Usage } from '../protocols/types.ts'
 import { usageFromJson as chatUsage } from '../protocols/chat.ts'
 import { usageFromJson as messagesUsage } from '../protocols/messages.ts'
 import { usageFromJson as responsesUsage } from '../protocols/responses.ts'
+import { SluiceError } from '../errors.ts'
+import { translateAnswer, type AnswerLimits } from '../translate/answer.ts'
+import type { RequestSummary } from '../translate/summary.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 
 export interface AnswerTask {
@@ -30,6 +42,18 @@ export interface AnswerTask {
   body: Uint8Array
   protocol: Protocol
   limits: JsonLimits
+  /** Translate the answer for a client of another protocol (`protocol` is the provider's). */
+  translate?: AnswerTranslateSpec
+}
+
+export interface AnswerTranslateSpec {
+  /** The client's protocol. */
+  to: Protocol
+  /** What prepare() returned as `translation` (PrepareOk.translation): tools, stream flags, ... */
+  request: RequestSummary
+  /** issuerOf(provider protocol, provider name): the reasoning blobs' issuer. */
+  issuer: string
+  limits: AnswerLimits
 }
 
 export interface AnswerOk {
@@ -39,6 +63,8 @@ export interface AnswerOk {
   usage: Record<string, number> | null
   depth: number
   nodes: number
+  /** With AnswerTask.translate: `body` is the client's answer, not the provider's bytes. */
+  translated?: true
 }
 
 export interface AnswerRefusal {
@@ -55,6 +81,7 @@ const USAGE: Record<Protocol, (value: unknown) => Usage | null> = {
 }
 
 const decoder = new TextDecoder('utf-8', { fatal: true })
+const encoder = new TextEncoder()
 
 export function readAnswer (task: AnswerTask): AnswerResult {
   const { body, limits } = task
@@ -81,7 +108,20 @@ export function readAnswer (task: AnswerTask): AnswerResult {
     return refuse('provider_protocol_error', { reason: 'not a JSON object', bytes: body.byteLength }, 'the provider answered with JSON that is not an object')
   }
   const usage = USAGE[task.protocol](value)
-  return { ok: true, body, usage: usage ? { ...usage } as Record<string, number> : null, depth: shape.depth, nodes: shape.nodes }
+  const usageOut = usage ? { ...usage } as Record<string, number> : null
+  if (task.translate === undefined) return { ok: true, body, usage: usageOut, depth: shape.depth, nodes: shape.nodes }
+  const { to, request, issuer, limits: out } = task.translate
+  let bytes: Uint8Array
+  try {
+    bytes = encoder.encode(JSON.stringify(translateAnswer(task.protocol, to, value, { request, issuer, limits: out })))
+  } catch (err) {
+    const e = SluiceError.from(err)
+    return e.code === 'internal_error' ? refuse('internal_error', {}, 'the provider\'s answer could not be translated') : refuse(e.code, e.details, e.message)
+  }
+  if (bytes.byteLength > out.maxOutputBytes) {
+    return refuse('output_too_large', { reason: 'bytes', limit: out.maxOutputBytes }, `the translated answer is larger than ${out.maxOutputBytes} bytes (limits.maxOutputBytes)`)
+  }
+  return { ok: true, body: bytes, usage: usageOut, depth: shape.depth, nodes: shape.nodes, translated: true }
 }
 
 function refuse (code: ErrorCode, details: ErrorDetails, message: string): AnswerRefusal {

@@ -125,19 +125,24 @@ export class ParserPool {
   async prepare (task: PrepareTask, opts: { signal?: AbortSignal } = {}): Promise<PrepareResult> {
     if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
     const body = transferable(task.body)
-    return await this.#run({ body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope }, body, 'this request body', opts) as PrepareResult
+    const t: PrepareTask = { body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope }
+    if (task.translate !== undefined) t.translate = task.translate
+    return await this.#run(t, body, 'this request body', opts) as PrepareResult
   }
 
   /**
    * Read one provider answer in a pool thread (src/json/answer.ts): bounded JSON checks, then
    * JSON.parse, then its usage; the parsed object stays in the thread. `task.body` is handed
-   * over as in prepare() and comes back, untouched, in the result (`ok: true`). Refusals
+   * over as in prepare() and comes back, untouched, in the result (`ok: true`), or, with
+   * `task.translate`, the client's translated answer comes back in its place. Refusals
    * (`ok: false`) and rejections as in prepare().
    */
   async readAnswer (task: AnswerTask, opts: { signal?: AbortSignal } = {}): Promise<AnswerResult> {
     if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
     const body = transferable(task.body)
-    return await this.#run({ kind: 'answer', body, protocol: task.protocol, limits: task.limits }, body, 'this provider answer', opts) as AnswerResult
+    const t: AnswerTask = { kind: 'answer', body, protocol: task.protocol, limits: task.limits }
+    if (task.translate !== undefined) t.translate = task.translate
+    return await this.#run(t, body, 'this provider answer', opts) as AnswerResult
   }
 
   async #run (task: ParserTask, body: Uint8Array<ArrayBuffer>, what: string, opts: { signal?: AbortSignal }): Promise<PrepareResult | AnswerResult> {

@@ -6,6 +6,21 @@
 //         -> UTF-8 decode (fatal) -> JSON.parse
 //         -> shape: an object with a non-empty string `model`; `stream` boolean if present
 //         -> alias: splice the new model into the bytes, or return the bytes untouched
+//         -> translate (only with `task.translate`, a model on a provider of another protocol):
+//            the parsed object -> translateRequest (src/translate/request) -> the provider's
+//            body, serialised once into a fresh ArrayBuffer that goes back by transfer; the
+//            result's `translation` carries the small facts the answer side needs (the tool
+//            table, dropped hosted tools, the client's stream flags), never the messages.
+//            On the count_tokens route there is nothing to send upstream: the body is the
+//            client's answer `{"input_tokens":N}` (countTokensEstimate) and `estimate` says so.
+//
+// Request translation is parsing (issue 12): it runs here, under the caller's parse permit, in
+// the same pool hop as the checks. Envelopes ('exchange' / 'rpc') are not translated in the
+// same hop: their route and model are only known once parsed, and which protocol the model's
+// provider speaks is the router's business (config patterns), not the pool's. The caller
+// translates an envelope's exchange body with a second call: `prepare({ body: ok.body, route:
+// ok.envelope.route, aliases: {}, translate })` (ok.body is the re-serialised exchange body,
+// its alias already applied). `translate` together with `envelope` is refused (internal_error).
 //
 // It never throws: a refusal is plain data `{ ok: false, error: { code, details } }` with a
 // catalogue code, because it crosses a thread boundary (match on `code`, never instanceof).
@@ -13,6 +28,9 @@
 // The parsed object never leaves this function; only a few scalars do.
 
 import { SluiceError, type ErrorCode, type ErrorDetails } from '../errors.ts'
+import type { Protocol } from '../translate/canonical.ts'
+import { countTokensEstimate, translateRequest } from '../translate/request/index.ts'
+import { summarise, type RequestSummary } from '../translate/summary.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 import { replaceTopLevelMember } from './splice.ts'
 import { findSyntaxError, lineColumn, utf8ErrorAt } from './syntax.ts'
@@ -35,6 +53,35 @@ export interface PrepareTask {
   limits: JsonLimits
   /** Client-facing model name -> the provider's model name. */
   aliases: Record<string, string>
+  /** The model's provider speaks another protocol: translate the body (plain bodies only). */
+  translate?: TranslateSpec
+}
+
+export interface TranslateSpec {
+  /** The provider's protocol (the client's is the route's). */
+  to: Protocol
+  /** issuerOf(to, provider name) (src/translate/envelope.ts): whose reasoning blobs are restored. */
+  issuer: string
+  /** The provider's model name; default: the alias target, else the model the client named. */
+  model?: string
+  /** False when the provider's model takes no reasoning parameters (EncodeContext.reasoning). */
+  reasoning?: boolean
+}
+
+/** What the answer side of a translated exchange needs (src/translate/summary.ts), + the pair. */
+export interface TranslationInfo extends RequestSummary {
+  /** The client's protocol. */
+  from: Protocol
+  /** The provider's protocol. */
+  to: Protocol
+}
+
+/** The protocol a route's client speaks. */
+export const ROUTE_PROTOCOL: Record<Route, Protocol> = {
+  chat: 'openai-chat',
+  responses: 'openai-responses',
+  messages: 'anthropic',
+  count_tokens: 'anthropic',
 }
 
 export interface PrepareOk {
@@ -53,6 +100,13 @@ export interface PrepareOk {
   sessionHint?: string
   /** What the envelope said (PrepareTask.envelope). */
   envelope?: EnvelopeInfo
+  /** With PrepareTask.translate: `body` is the provider's body, translated. */
+  translation?: TranslationInfo
+  /**
+   * With PrepareTask.translate on the count_tokens route: the local estimate; `body` is then
+   * the client's answer `{"input_tokens":N}` (nothing goes upstream).
+   */
+  estimate?: { input_tokens: number }
 }
 
 export interface RpcCall {
@@ -73,7 +127,11 @@ const encoder = new TextEncoder()
 
 export interface PrepareRefusal {
   ok: false
-  error: { code: ErrorCode; details: ErrorDetails }
+  /**
+   * `message` only for translation refusals (PrepareTask.translate): the translator's own
+   * sentence naming the field or tool (e.g. two tools colliding on one wire name).
+   */
+  error: { code: ErrorCode; details: ErrorDetails; message?: string }
 }
 
 export type PrepareResult = PrepareOk | PrepareRefusal
@@ -92,9 +150,24 @@ export function prepare (task: PrepareTask): PrepareResult {
   }
 }
 
-function prepareOrThrow ({ body, route, limits, aliases, envelope }: PrepareTask): PrepareResult {
+function prepareOrThrow ({ body, route, limits, aliases, envelope, translate }: PrepareTask): PrepareResult {
+  if (translate !== undefined && envelope !== undefined) {
+    return refusal('internal_error', { reason: 'an envelope is translated in a second call (its exchange body)' })
+  }
+  if (translate !== undefined && ROUTE_PROTOCOL[route] === translate.to) {
+    return refusal('internal_error', { reason: 'a same-protocol route is relayed byte-exact, never translated' })
+  }
   const { depth, nodes } = checkJson(body, limits) // throws json_too_deep / json_too_many_nodes
   if (envelope !== undefined) return prepareEnvelope(body, envelope, aliases, depth, nodes)
+  if (translate !== undefined) {
+    try {
+      return prepareTranslated(body, route, aliases, translate, depth, nodes)
+    } catch (err) {
+      const e = SluiceError.from(err)
+      if (e.code === 'internal_error') throw e
+      return { ok: false, error: { code: e.code, details: e.details, message: e.message } }
+    }
+  }
   // Parsed in its own frame: the decoded text and the object graph are garbage before the
   // splice below allocates a second copy of the body.
   const shape = readShape(body, route)
@@ -122,6 +195,34 @@ function prepareOrThrow ({ body, route, limits, aliases, envelope }: PrepareTask
   }
 
   const result: PrepareOk = { ok: true, model, requestedModel, stream, body: out, rewritten, depth, nodes }
+  if (sessionHint !== undefined) result.sessionHint = sessionHint
+  return result
+}
+
+function prepareTranslated (body: Uint8Array, route: Route, aliases: Record<string, string>, spec: TranslateSpec, depth: number, nodes: number): PrepareResult {
+  const parsed = parseBody(body)
+  if (!parsed.ok) return parsed
+  const value = parsed.value
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    return refusal('invalid_request', { field: 'body', reason: 'must be a JSON object' })
+  }
+  const shape = shapeOf(value as Record<string, unknown>, route)
+  if (!shape.ok) return shape
+  const { requestedModel, stream, sessionHint } = shape
+  const target = Object.hasOwn(aliases, requestedModel) ? aliases[requestedModel] : undefined
+  const model = spec.model ?? (typeof target === 'string' && target.length > 0 ? target : requestedModel)
+  const from = ROUTE_PROTOCOL[route]
+  let result: PrepareOk
+  if (route === 'count_tokens') {
+    const estimate = countTokensEstimate(value) // throws invalid_request naming the field
+    result = { ok: true, model, requestedModel, stream, body: encoder.encode(JSON.stringify(estimate)), rewritten: true, depth, nodes, estimate }
+  } else {
+    const out = translateRequest(spec.reasoning === undefined
+      ? { from, to: spec.to, body: value, model, issuer: spec.issuer }
+      : { from, to: spec.to, body: value, model, issuer: spec.issuer, reasoning: spec.reasoning }) // throws invalid_request naming the field
+    const translation: TranslationInfo = { from, to: spec.to, ...summarise(out.request, value) }
+    result = { ok: true, model, requestedModel, stream, body: encoder.encode(JSON.stringify(out.body)), rewritten: true, depth, nodes, translation }
+  }
   if (sessionHint !== undefined) result.sessionHint = sessionHint
   return result
 }

@@ -7,7 +7,9 @@
 // calling thread (piscina's movable protocol: an object carrying the transferable under
 // `transferableSymbol` and the value to post under `valueSymbol`). When the body was not
 // rewritten this is the very ArrayBuffer the caller transferred in, so a body crosses the
-// thread boundary twice without a copy. A refusal is plain data, never a throw.
+// thread boundary twice without a copy; a rewritten or translated body (request or answer) is
+// a fresh ArrayBuffer of exactly its bytes, moved the same way. A refusal is plain data, never
+// a throw.
 
 import { move, transferableSymbol, valueSymbol } from 'piscina'
 import { readAnswer, type AnswerResult, type AnswerTask } from './answer.ts'
