@@ -34,7 +34,7 @@ import { summarise, type RequestSummary } from '../translate/summary.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 import { replaceTopLevelMember } from './splice.ts'
 import { findSyntaxError, lineColumn, utf8ErrorAt } from './syntax.ts'
-import { ROUTES, type Route } from '../protocols/routes.ts'
+import { ROUTE_PROTOCOL, ROUTES, type Route } from '../protocols/routes.ts'
 
 export type { Route }
 
@@ -76,13 +76,6 @@ export interface TranslationInfo extends RequestSummary {
   to: Protocol
 }
 
-/** The protocol a route's client speaks. */
-export const ROUTE_PROTOCOL: Record<Route, Protocol> = {
-  chat: 'openai-chat',
-  responses: 'openai-responses',
-  messages: 'anthropic',
-  count_tokens: 'anthropic',
-}
 
 export interface PrepareOk {
   ok: true
