@@ -7,7 +7,7 @@ import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
 import type { RingSnapshot } from '../src/events/ring.ts'
 import type { StoreSnapshot } from '../src/state/store.ts'
-import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS } from '../src/ledger/layout.ts'
+import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_TOOL_ARGUMENT_BYTES, RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
@@ -120,10 +120,12 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_stream_pending_bytes', 'gauge', 'Stream bytes held back (an unfinished frame) or queued to clients.', g[RG_PENDING_BYTES])
     w.metric('sluice_stream_inspector_bytes', 'gauge', 'Bytes held by the SSE framers (inspector bytes).', g[RG_INSPECTOR_BYTES])
     w.metric('sluice_session_event_streams', 'gauge', 'Open session event streams (GET /v1/sessions/:id/events).', g[RG_EVENT_STREAMS])
-    // Named by DESIGN.md for protocol translation, which is not built: same-protocol routes
-    // relay tool arguments and continuation metadata as bytes and buffer none of them, so the
-    // true figure is 0. Exported so dashboards and alerts can be written now.
-    w.metric('sluice_tool_argument_bytes', 'gauge', 'Tool-call argument bytes buffered for protocol translation (none: translation is not built; same-protocol routes relay them as bytes).', 0)
+    // Protocol translation's retained bytes (same-protocol routes relay tool arguments as bytes
+    // and buffer none of them): charged before they are kept, returned as each item is emitted.
+    w.metric('sluice_tool_argument_bytes', 'gauge', 'Tool-call argument bytes buffered by protocol translation (pending calls, per call and per turn).', g[RG_TOOL_ARGUMENT_BYTES])
+    w.metric('sluice_translation_item_bytes', 'gauge', 'Bytes of the open item (text, reasoning) protocol translation holds for its done events.', g[RG_TRANSLATE_ITEM_BYTES])
+    w.metric('sluice_translation_output_bytes', 'gauge', 'Reconstructed output items protocol translation holds for a terminal event or a JSON answer.', g[RG_TRANSLATE_OUTPUT_BYTES])
+    w.metric('sluice_translations_active', 'gauge', 'Translated exchanges in flight.', g[RG_TRANSLATIONS])
   }
   // The conversation-state store (src/state/store.ts): all 0 when it is off.
   const st = counters.continuations?.()

@@ -73,6 +73,10 @@ export interface ExchangeRecord {
   traceId: string | null
   /** Start -> the actual release of every permit, lane slot and byte (null: nothing was held). */
   releaseMs: number | null
+  /** `<client protocol>-><provider protocol>` when the exchange was translated, else null. */
+  translated: string | null
+  /** Hosted tools left out of a translated provider request (null when none). */
+  droppedTools: string[] | null
 }
 
 export function newRecord (fields: Pick<ExchangeRecord, 'exchangeId' | 'runId' | 'route' | 'mode'> & Partial<ExchangeRecord>): ExchangeRecord {
@@ -98,6 +102,8 @@ export function newRecord (fields: Pick<ExchangeRecord, 'exchangeId' | 'runId' |
     evidence: false,
     traceId: null,
     releaseMs: null,
+    translated: null,
+    droppedTools: null,
     ...fields,
   }
 }

@@ -17,16 +17,20 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError } from '../src/errors.ts'
-import type { PrepareOk } from '../src/json/prepare.ts'
-import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS } from '../src/ledger/layout.ts'
+import type { PrepareOk, PrepareTask, TranslateSpec, TranslationInfo } from '../src/json/prepare.ts'
+import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
-import { ROUTE_PATH, ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
+import { PROTOCOL_ROUTE, ROUTE_PATH, ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
+import { issuerOf } from '../src/translate/envelope.ts'
+import { createStreamTranslator } from '../src/translate/stream/index.ts'
+import { requestOf } from '../src/translate/summary.ts'
 import { Router } from '../src/routing.ts'
 import { NO_TRACE, type ExchangeTrace } from '../src/telemetry/tracing.ts'
 import type { Accepted } from './accept.ts'
 import { readBody } from './body.ts'
 import { newRecord, type ExchangeDeps, type ExchangeRecord } from './deps.ts'
 import { headerExcerpt, relayBuffered, relayStream, type Outcome } from './relay.ts'
+import { relayTranslatedStream, ScopeBudget, translatedHeaders } from './relay-translated.ts'
 import { refuse } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
@@ -196,14 +200,39 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     Router.checkPin(accepted.key, prepared.requestedModel, prepared.model)
     const provider = deps.router.resolve(prepared.model)
     rec.provider = provider.config.name
-    Router.checkProtocol(ROUTE_PROTOCOL[route], provider, prepared.model)
+    const client = ROUTE_PROTOCOL[route]
+    const target = provider.config.protocol
+    // 4b. A provider of another protocol: one semantic translation (src/translate/). The
+    //     request is translated in the parser pool under the parse permit, in a second pool
+    //     call: which protocol a model's provider speaks is known only once the body is parsed.
+    let translation: TranslationInfo | null = null
+    const issuer = issuerOf(target, provider.config.name)
+    if (target !== client) {
+      rec.translated = `${client}->${target}`
+      trace.set({ 'sluice.translated': rec.translated })
+      const t = await underParsePhase(trace, () => prepare(deps, scope, route, prepared.body, signal, undefined, { to: target, issuer, model: prepared.model }))
+      translation = t.translation ?? null
+      if (translation === null) throw new SluiceError('internal_error', {}, 'translation returned no summary')
+      if (translation.droppedTools.length > 0) {
+        rec.droppedTools = translation.droppedTools
+        trace.set({ 'sluice.dropped_tools': translation.droppedTools.join(',') })
+      }
+      prepared = { ...t, requestedModel: prepared.requestedModel }
+      bodyBytes = prepared.body.byteLength
+      if (route === 'count_tokens') {
+        // No Anthropic provider to count for: a local estimate (gpt-tokenizer, o200k_base).
+        answerLocally(res, rec, prepared.body, { 'x-sluice-token-estimate': 'gpt-tokenizer/o200k_base', ...translatedHeaders(rec, target, client, []) })
+        scope.releaseLane()
+        return rec
+      }
+    }
 
     // 5. Upstream. The body buffer is released once the provider has answered.
     upstreamStarted = true
     const sent = performance.now()
     const wait = trace.phase('provider.wait', { 'sluice.provider': rec.provider, 'sluice.model': rec.model })
     try {
-      upstreamRes = await deps.upstreams.send({ provider, path: ROUTE_PATH[route], clientHeaders: req.headers, body: prepared.body, signal })
+      upstreamRes = await deps.upstreams.send({ provider, path: ROUTE_PATH[translation === null ? route : PROTOCOL_ROUTE[target]], clientHeaders: req.headers, body: prepared.body, signal })
     } catch (err) {
       scope.settle('upstream')
       wait.end({ 'sluice.code': transportError(err, signal).code })
@@ -236,16 +265,30 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     // failures throw, and are refused below like every failure before the first byte.
     const relay = trace.phase('relay', { 'sluice.stream': rec.stream })
     deps.ledger.gauge(RG_STREAMS, 1)
+    if (translation !== null) deps.ledger.gauge(RG_TRANSLATIONS, 1)
     let outcome: Outcome = { code: 'internal_error' }
     try {
-      outcome = rec.stream
-        ? await relayStream({ deps, rec, route, up, res, scope, signal })
-        : await relayBuffered({ deps, rec, route, up, res, scope, signal })
+      if (translation === null) {
+        outcome = rec.stream
+          ? await relayStream({ deps, rec, route, up, res, scope, signal })
+          : await relayBuffered({ deps, rec, route, up, res, scope, signal })
+      } else {
+        const limits = { maxOutputItems: deps.config.limits.maxOutputItems, maxOutputBytes: deps.config.limits.maxOutputBytes }
+        const headers = translatedHeaders(rec, target, client, translation.droppedTools)
+        if (rec.stream) {
+          const budget = new ScopeBudget(scope, deps.ledger)
+          const translator = createStreamTranslator({ from: target, to: client, request: requestOf(translation), budget, issuer, limits, includeUsage: translation.includeUsage })
+          outcome = await relayTranslatedStream({ deps, rec, up, res, scope, signal, translator, budget, headers })
+        } else {
+          outcome = await relayBuffered({ deps, rec, route, up, res, scope, signal, translate: { provider: target, spec: { to: client, request: translation, issuer, limits }, headers } })
+        }
+      }
     } catch (err) {
       outcome = { code: (signal.aborted ? abortCause(signal) : transportError(err, signal)).code }
       throw err
     } finally {
       deps.ledger.gauge(RG_STREAMS, -1)
+      if (translation !== null) deps.ledger.gauge(RG_TRANSLATIONS, -1)
       relay.end({ 'sluice.code': outcome.code, 'sluice.bytes_out': rec.bytesOut, 'sluice.frames': rec.frames, 'sluice.partial': rec.partial })
     }
     rec.code = outcome.code
@@ -294,18 +337,21 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
  * `body`'s bytes are reserved in `scope`; on return the prepared body's are instead (a
  * rewritten body is reserved before the original's bytes are returned).
  */
-export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc'): Promise<PrepareOk> {
+export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc', translate?: TranslateSpec): Promise<PrepareOk> {
   const size = body.byteLength // the buffer is transferred to the parser: read it first
   // The body's ArrayBuffer is transferred to the parser (zero copy) and comes back; a crashed
   // parser settles (and so returns the permit) only after its thread's exit.
-  const result = await scope.underParse(signal, () => deps.parser.prepare({
+  const task: PrepareTask = {
     body,
     route,
-    envelope,
     limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
-    aliases: deps.router.aliases as Record<string, string>,
-  }, { signal }))
-  if (!result.ok) throw SluiceError.from(result.error)
+    // A translated body's alias was applied by the first call: not again.
+    aliases: translate === undefined ? deps.router.aliases as Record<string, string> : {},
+  }
+  if (envelope !== undefined) task.envelope = envelope
+  if (translate !== undefined) task.translate = translate
+  const result = await scope.underParse(signal, () => deps.parser.prepare(task, { signal }))
+  if (!result.ok) throw SluiceError.from({ code: result.error.code, details: result.error.details, message: result.error.message })
   if (result.body.byteLength !== size) {
     scope.reserve(result.body.byteLength)
     scope.unreserve(size)
@@ -357,6 +403,24 @@ async function providerFailure (deps: ExchangeDeps, scope: ExchangeScope, up: Di
   // A provider's own 4xx refusal of the request keeps its status: the request was refused.
   if (err.code === 'provider_error' && up.statusCode >= 400 && up.statusCode < 500) err.withStatus(up.statusCode)
   return err
+}
+
+/** The parse phase of a trace around `fn`. */
+async function underParsePhase<T> (trace: ExchangeTrace, fn: () => Promise<T>): Promise<T> {
+  const parse = trace.phase('translate')
+  try {
+    return await fn()
+  } finally {
+    parse.end()
+  }
+}
+
+/** An answer the gateway gives itself (count_tokens without an Anthropic provider). */
+function answerLocally (res: ServerResponse, rec: ExchangeRecord, body: Uint8Array, headers: Record<string, string>): void {
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.byteLength), ...headers })
+  res.end(body)
+  rec.status = 200
+  rec.bytesOut = body.byteLength
 }
 
 function isEventStream (headers: Dispatcher.ResponseData['headers']): boolean {

@@ -21,7 +21,9 @@ import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
+import type { AnswerTranslateSpec } from '../src/json/answer.ts'
 import { ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
+import type { Protocol } from '../src/translate/canonical.ts'
 import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
@@ -37,6 +39,8 @@ interface RelayContext {
   res: ServerResponse
   scope: ExchangeScope
   signal: AbortSignal
+  /** A translated non-streaming answer: read and rendered for the client in the parser pool. */
+  translate?: { provider: Protocol; spec: AnswerTranslateSpec; headers: Record<string, string> }
 }
 
 /**
@@ -44,7 +48,7 @@ interface RelayContext {
  * client_stalled when it read nothing for `stallMs` (a stuck client must not hold its permit
  * forever).
  */
-async function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
+export async function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
   if (signal.aborted) throw abortCause(signal)
   const stall = AbortSignal.timeout(stallMs)
   await once(res, 'drain', { signal: AbortSignal.any([signal, stall]) }).catch(() => {
@@ -241,7 +245,8 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     const result = await scope.underParse(signal, () => deps.parser.readAnswer({
       kind: 'answer',
       body: bytes,
-      protocol: ROUTE_PROTOCOL[ctx.route],
+      protocol: ctx.translate?.provider ?? ROUTE_PROTOCOL[ctx.route],
+      ...(ctx.translate ? { translate: ctx.translate.spec } : {}),
       limits: { maxDepth: limits.maxJsonDepth, maxNodes: limits.maxJsonNodes },
     }, { signal }))
     if (!result.ok) throw SluiceError.from(result.error)
@@ -253,7 +258,10 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     throw err
   }
 
-  res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'content-length': String(body.length), 'x-sluice-exchange-id': String(rec.exchangeId) })
+  const headers = ctx.translate
+    ? { 'content-type': 'application/json', ...ctx.translate.headers }
+    : { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': String(rec.exchangeId) }
+  res.writeHead(up.statusCode, { ...headers, 'content-length': String(body.length) })
   let bytesOut = 0
   try {
     // Slices at the client's pace; the last one only after the session's slot is returned:
@@ -373,7 +381,7 @@ function usageOf (tracker: StreamTracker): Record<string, number> | null {
 }
 
 /** Ends the response (optionally with a last chunk) and waits for it to be flushed or closed. */
-async function endResponse (res: ServerResponse, last?: Buffer): Promise<void> {
+export async function endResponse (res: ServerResponse, last?: Buffer): Promise<void> {
   if (res.destroyed) return
   await new Promise<void>((resolve) => {
     res.once('close', resolve)

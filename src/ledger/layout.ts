@@ -47,7 +47,7 @@ import { PAIR_FIELDS } from './pair64.ts'
 import { TL_PARKED, TOKEN_LOCK_FIELDS } from './token-lock.ts'
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 4
+export const LAYOUT_VERSION = 5
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -189,7 +189,13 @@ export const RG_STREAMS = 0           // relays in flight (active stream readers
 export const RG_PENDING_BYTES = 1     // stream bytes held back or queued to the client
 export const RG_INSPECTOR_BYTES = 2   // bytes held by the SSE framer (an unfinished frame)
 export const RG_EVENT_STREAMS = 3     // open session event streams (GET /v1/sessions/:id/events)
-export const ROW_GAUGES = 4
+// (layout version 5) protocol translation's retained bytes, by kind (src/translate/canonical.ts
+// TranslationBudget): pending tool-call arguments, the open item, the reconstructed output
+export const RG_TOOL_ARGUMENT_BYTES = 4
+export const RG_TRANSLATE_ITEM_BYTES = 5
+export const RG_TRANSLATE_OUTPUT_BYTES = 6
+export const RG_TRANSLATIONS = 7      // translated exchanges in flight
+export const ROW_GAUGES = 8
 /** Per-row latency histograms (layout version 3): HIST_COUNT histograms of HIST_FIELDS cells. */
 export const R_HISTS = R_GAUGES + ROW_GAUGES
 export const HIST_QUEUE_WAIT = 0      // lane wait + exchange-gate wait, per admitted exchange

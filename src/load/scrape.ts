@@ -29,6 +29,10 @@ export const IDLE_GAUGES = [
   'sluice_stream_readers',
   'sluice_stream_pending_bytes',
   'sluice_stream_inspector_bytes',
+  'sluice_tool_argument_bytes',
+  'sluice_translation_item_bytes',
+  'sluice_translation_output_bytes',
+  'sluice_translations_active',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */

@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 import { codexItems, runCodex } from './agents.ts'
-import { toolResultIds, toolCallIds } from './wire.ts'
+import { isModelCall, toolResultIds, toolCallIds } from './wire.ts'
 
 const PROTOCOLS = ['openai-responses', 'openai-chat', 'anthropic'] as const
 
@@ -24,7 +24,7 @@ for (const protocol of PROTOCOLS) {
 
     t.test('a shell tool round trip', async (t) => {
       const before = rig.bodies.length
-      const r = await runCodex({ baseURL: rig.url, apiKey: KEY, model: 'gpt-5-codex', prompt: 'list the folder\n#sim tools=1 call=exec_command' })
+      const r = await runCodex({ baseURL: rig.url, apiKey: KEY, model: 'gpt-5.5', prompt: 'list the folder\n#sim tools=1 call=exec_command' })
       t.equal(r.code, 0, `codex exits 0 (stderr: ${r.stderr.slice(-400)})`)
       const commands = codexItems(r, 'command_execution')
       t.equal(commands.length, 1, 'Codex ran exactly one command')
@@ -34,7 +34,7 @@ for (const protocol of PROTOCOLS) {
       t.ok(messages.length >= 1, 'an answer after the tool result')
       t.ok(r.events.some((e) => e.type === 'turn.completed'), 'the turn completed')
       t.notOk(r.events.some((e) => e.type === 'turn.failed' || e.type === 'error'), 'no failure reported')
-      const bodies = rig.bodies.slice(before).filter((b) => b.directiveText !== null)
+      const bodies = rig.bodies.slice(before).filter(isModelCall)
       t.equal(bodies.length, 2, 'two model requests: the call, then the result')
       t.ok(bodies.length > 0 && bodies.every((b) => b.protocol === protocol), `in the provider's protocol (${protocol})`)
       const calls = bodies[1] ? toolCallIds(bodies[1]) : []
@@ -45,7 +45,7 @@ for (const protocol of PROTOCOLS) {
     })
 
     t.test('an apply_patch edit', async (t) => {
-      const r = await runCodex({ baseURL: rig.url, apiKey: KEY, model: 'gpt-5-codex', prompt: 'add the file\n#sim tools=1 call=apply_patch' })
+      const r = await runCodex({ baseURL: rig.url, apiKey: KEY, model: 'gpt-5.5', prompt: 'add the file\n#sim tools=1 call=apply_patch' })
       t.equal(r.code, 0, `codex exits 0 (stderr: ${r.stderr.slice(-400)})`)
       const file = join(r.cwd, 'sim.txt')
       t.ok(existsSync(file), 'Codex applied the patch')

@@ -10,6 +10,11 @@ const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : [])
 /** The parsed request body of a sim body event ({} when it was not a JSON object). */
 export function bodyOf (b: SimBodyEvent): Obj { return isObj(b.json) ? b.json : {} }
 
+/** A model request (not count_tokens, not a model list). */
+export function isModelCall (b: SimBodyEvent): boolean {
+  return b.endpoint === 'chat.completions' || b.endpoint === 'responses' || b.endpoint === 'messages'
+}
+
 /** Ids of the tool calls in the request's history (assistant turns). */
 export function toolCallIds (b: SimBodyEvent): string[] {
   const out: string[] = []

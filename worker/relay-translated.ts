@@ -1,0 +1,205 @@
+// The translated relay: a provider's stream in one protocol, the client's stream in another
+// (DESIGN.md "Protocol translation"; src/translate/). Same-protocol routes never come here:
+// they keep the thin byte-exact relay (relay.ts).
+//
+// Per upstream chunk: the SSE framer (1 MiB frame cap) finds the whole frames; they are
+// translated together under the parse permit (one short hold per chunk, in this worker: each
+// frame is parsed and decoded into canonical events, which the client's encoder renders at
+// once); the client bytes go out with real backpressure (the upstream is read only as fast as
+// the client drains). Every byte the translation keeps between frames (pending tool
+// arguments, the open item, the items a terminal must list) is charged through the exchange's
+// scope (ScopeBudget: storage budget + the translation gauges) and returned as soon as the
+// item is emitted, or at the end. The first failure — a provider error event, a malformed or
+// truncated call, a frame that is not JSON, an oversize frame, a missing terminal, the
+// transport, the budget — ends the client's stream with its protocol's own failure event
+// carrying the signed failure record; a truncated call is never reported as complete.
+
+import type { ServerResponse } from 'node:http'
+import type { Dispatcher } from 'undici'
+import { abortCause, isErrorCode, SluiceError } from '../src/errors.ts'
+import { RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TOOL_ARGUMENT_BYTES } from '../src/ledger/layout.ts'
+import type { Ledger } from '../src/ledger/ledger.ts'
+import type { Protocol, TranslationBudget, Usage } from '../src/translate/canonical.ts'
+import type { StreamTranslator } from '../src/translate/stream/index.ts'
+import { SseFramer } from '../src/sse/framer.ts'
+import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
+import { drained, endResponse, type Outcome } from './relay.ts'
+import { failureRecord } from './reply.ts'
+import type { ExchangeScope } from './scope.ts'
+import { transportError } from './upstream.ts'
+
+const GAUGE = { tool_arguments: RG_TOOL_ARGUMENT_BYTES, item: RG_TRANSLATE_ITEM_BYTES, output: RG_TRANSLATE_OUTPUT_BYTES } as const
+
+/**
+ * The translation's retained bytes, held by the exchange's scope (so they are released with
+ * it, whatever happens) and shown per kind in this worker's gauges. A charge that does not
+ * fit throws storage_budget_exhausted.
+ */
+export class ScopeBudget implements TranslationBudget {
+  private readonly scope: ExchangeScope
+  private readonly ledger: Ledger
+  private readonly held = { tool_arguments: 0, item: 0, output: 0 }
+
+  constructor (scope: ExchangeScope, ledger: Ledger) {
+    this.scope = scope
+    this.ledger = ledger
+  }
+
+  charge (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
+    if (bytes <= 0) return
+    this.scope.reserve(bytes)
+    this.held[what] += bytes
+    this.ledger.gauge(GAUGE[what], bytes)
+  }
+
+  release (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
+    if (bytes <= 0) return
+    if (bytes > this.held[what]) throw new Error(`translation budget: release ${bytes} > held ${this.held[what]} (${what})`)
+    this.held[what] -= bytes
+    this.ledger.gauge(GAUGE[what], -bytes)
+    if (!this.scope.isReleased) this.scope.unreserve(bytes)
+  }
+
+  /** Whatever is still held goes back (the gauges too); the scope's release frees the bytes. */
+  drop (): void {
+    for (const what of ['tool_arguments', 'item', 'output'] as const) {
+      const n = this.held[what]
+      if (n > 0) this.release(n, what)
+    }
+  }
+
+  get heldBytes (): number { return this.held.tool_arguments + this.held.item + this.held.output }
+}
+
+export interface TranslatedContext {
+  deps: ExchangeDeps
+  rec: ExchangeRecord
+  up: Dispatcher.ResponseData
+  res: ServerResponse
+  scope: ExchangeScope
+  signal: AbortSignal
+  translator: StreamTranslator
+  budget: ScopeBudget
+  /** The headers the client gets (its protocol's content type, the exchange id, the pair). */
+  headers: Record<string, string>
+}
+
+export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Outcome> {
+  const { deps, rec, up, res, scope, signal, translator, budget } = ctx
+  const frames: Buffer[] = []
+  let oversize = 0
+  const framer = new SseFramer({
+    onFrame: (frame) => { frames.push(frame) },
+    onOversize: (bytes) => { if (oversize === 0) oversize = bytes },
+  }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
+  const stallMs = deps.config.limits.clientStallMs
+
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...ctx.headers })
+  let bytesOut = 0
+  let framesIn = 0
+  let failure: SluiceError | null = null
+  const write = (out: Buffer[]): boolean => {
+    let ok = true
+    for (const b of out) { bytesOut += b.length; ok = res.write(b) && ok }
+    return ok
+  }
+  try {
+    try {
+      for await (const data of up.body) {
+        frames.length = 0
+        framer.push(data as Buffer)
+        scope.setFloating(framer.bufferedBytes, res.writableLength)
+        if (oversize > 0) {
+          failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')
+          break
+        }
+        let out: Buffer[] = []
+        if (frames.length > 0) {
+          out = await scope.underParse(signal, () => {
+            const o: Buffer[] = []
+            for (const f of frames) {
+              framesIn++
+              for (const b of translator.pushFrame(f)) o.push(b)
+              if (translator.failure !== null) break
+            }
+            return o
+          })
+        }
+        // The caller is about to see the stream's terminal event: its session may go on now.
+        if (translator.finished) scope.releaseLane()
+        const ok = write(out)
+        if (translator.failure !== null) break
+        if (!ok) await drained(res, signal, stallMs)
+      }
+      if (failure === null && translator.failure === null && !translator.finished) {
+        // EOF: what the decoder still holds decides (a terminal never came -> its failure).
+        const out = await scope.underParse(signal, () => translator.end())
+        if (translator.finished) scope.releaseLane()
+        write(out)
+      }
+    } catch (err) {
+      const se = err instanceof SluiceError && !signal.aborted ? err : signal.aborted ? abortCause(signal) : transportError(err, signal)
+      if (se.code === 'client_closed' || se.code === 'client_stalled' || se.code === 'exchange_cancelled' && res.destroyed) {
+        if (!up.body.destroyed) up.body.destroy()
+        if (se.code === 'client_stalled') { deps.ledger.countRefusal(se.code); res.destroy() }
+        rec.bytesOut = bytesOut
+        rec.frames = framesIn
+        rec.usage = usageRecord(translator.usage)
+        rec.partial = true
+        return { code: se.code }
+      }
+      failure = se
+    }
+    if (!up.body.destroyed) up.body.destroy()
+    rec.bytesOut = bytesOut
+    rec.frames = framesIn
+    rec.usage = usageRecord(translator.usage)
+    const tf = translator.failure
+    if (failure === null && tf === null && translator.finished) {
+      rec.partial = false
+      rec.evidence = true
+      scope.setFloating(0, 0)
+      await endResponse(res)
+      return { code: 'ok' }
+    }
+    const err = failure ?? new SluiceError(isErrorCode(tf?.code) ? tf.code : 'provider_error', providerDetails(tf), deps.router.scrubber.text(tf?.message ?? '') ?? '')
+    deps.ledger.countRefusal(err.code)
+    rec.partial = true
+    rec.evidence = false
+    const record = failureRecord(err, rec, { frames: framesIn, bytes: bytesOut }, rec.usage as Record<string, number> | null)
+    const tail = translator.failureTail(record, deps.signer.sign(record))
+    scope.releaseLane()
+    scope.setFloating(0, 0)
+    await endResponse(res, tail)
+    bytesOut += tail.length
+    rec.bytesOut = bytesOut
+    return { code: err.code }
+  } finally {
+    translator.dispose()
+    budget.drop()
+    if (!scope.isReleased) scope.setFloating(0, 0)
+  }
+}
+
+function providerDetails (e: { providerType?: string; retryAfterSeconds?: number } | null): Record<string, string | number> {
+  const d: Record<string, string | number> = {}
+  if (e?.providerType !== undefined) d.providerType = e.providerType
+  if (e?.retryAfterSeconds !== undefined) d.retryAfterSeconds = e.retryAfterSeconds
+  return d
+}
+
+/** Canonical usage as the record's usage fields (the same names the same-protocol relay logs). */
+export function usageRecord (u: Usage | null): Record<string, number> | null {
+  if (u === null) return null
+  const out: Record<string, number> = { inputTokens: u.inputTokens, outputTokens: u.outputTokens }
+  if (u.cachedInputTokens !== undefined) out.cachedInputTokens = u.cachedInputTokens
+  if (u.reasoningTokens !== undefined) out.reasoningTokens = u.reasoningTokens
+  return out
+}
+
+/** The headers of a translated answer: never the provider's (they describe another protocol). */
+export function translatedHeaders (rec: ExchangeRecord, from: Protocol, to: Protocol, dropped: readonly string[]): Record<string, string> {
+  const h: Record<string, string> = { 'x-sluice-exchange-id': String(rec.exchangeId), 'x-sluice-translated': `${to}->${from}` }
+  if (dropped.length > 0) h['x-sluice-dropped-tools'] = dropped.join(', ')
+  return h
+}
