@@ -281,7 +281,7 @@ t.test('SIGKILL: only that instance\'s exchanges are lost, and their clients see
   gws[victim].proc.kill('SIGKILL')
   const killedAt = Date.now()
   const l = await within(lost.done, 5000, 'the lost stream ends for its client')
-  t.ok(l.error !== null || !l.body.includes('data: [DONE]'), `the lost stream ended incomplete (${l.error}; ${l.body.length} bytes in ${l.endedAt - killedAt} ms: …${l.body.slice(-300)})`)
+  t.ok(l.error !== null && !l.body.includes('data: [DONE]'), `the lost stream ended with an error for its client, incomplete (${l.error}; ${l.body.length} bytes in ${l.endedAt - killedAt} ms: …${l.body.slice(-300)})`)
   t.ok(l.endedAt - killedAt < 5000, 'promptly')
   // The event stream ends too (it may still deliver what was buffered, but never the result).
   const tail = await within((async () => {
