@@ -206,6 +206,33 @@ t.test('the per-session pending cap holds through the balancer', async (t) => {
   t.same(ls.map((l) => l.code).sort(), ['ok', 'ok', 'prompt_queue_full'])
 })
 
+t.test('a client that hangs up is gone at once for the instance too (option abortonclose)', async (t) => {
+  const s = 'hangup'
+  const active = async (): Promise<number[]> => Promise.all(gws.map(async (g) => (await g.metrics()).get('sluice_exchanges_active') ?? 0))
+  const ac = new AbortController()
+  const waiting = request(`${lb.url}/v1/chat/completions`, {
+    method: 'POST',
+    signal: ac.signal,
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-session-id': s },
+    body: JSON.stringify(chatBody(`${s}\n#sim ttft=30000`, { stream: true })),
+  }).then(() => 'answered', (err: Error) => err.name)
+  await until(async () => (await active()).some((n) => n === 1), 'the exchange waiting for its first byte', 5000)
+  const at = (await active()).findIndex((n) => n === 1)
+  ac.abort()
+  t.equal(await waiting, 'AbortError')
+  // Bounded well below the provider's 30 s: released because the client left.
+  await until(async () => (await active())[at] === 0, 'the instance to release the exchange', 3000)
+  t.same(await waitIdle(gws[at]), {}, 'that instance is idle: permit, bytes and lane slot back')
+  t.match(lines(gws[at]).filter((l) => l.sessionId === s).at(-1), { code: 'client_closed' }, 'logged as the client\'s hang-up')
+
+  const streams = async (): Promise<number> => (await gws[at].metrics()).get('sluice_session_event_streams') ?? NaN
+  const es = await openEvents(lb.url, s, { key: KEY })
+  t.equal(es.status, 200)
+  await until(async () => (await streams()) === 1, 'the event stream open on the same instance', 3000)
+  es.close()
+  await until(async () => (await streams()) === 0, 'the instance to end the event stream', 3000)
+})
+
 t.test('SIGTERM: the draining instance gets no new session while its stream finishes', async (t) => {
   // The instance with the most sessions drains.
   const count = (i: number): number => [...owner.values()].filter((o) => o === i).length
@@ -280,6 +307,12 @@ t.test('SIGKILL: only that instance\'s exchanges are lost, and their clients see
 
   gws[victim].proc.kill('SIGKILL')
   const killedAt = Date.now()
+  // At once, before any health check could have run: a refused connection is redispatched.
+  // Right after the kill (before a health check): served by the survivor (a refused
+  // connection is redispatched) or, when HAProxy had reused an idle connection to the dead
+  // instance, a closed connection — never a hang, never another answer.
+  const right = await within(post({ 'x-session-id': onVictim[2] ?? onVictim[0] }, 'right after the kill').then((r) => String(r.status), (err: Error) => err.message), 5000, 'a request right after the kill')
+  t.match(right, /^(200|other side closed)$/, `a request right after the kill: ${right}`)
   const l = await within(lost.done, 5000, 'the lost stream ends for its client')
   t.ok(l.error !== null && !l.body.includes('data: [DONE]'), `the lost stream ended with an error for its client, incomplete (${l.error}; ${l.body.length} bytes in ${l.endedAt - killedAt} ms: …${l.body.slice(-300)})`)
   t.ok(l.endedAt - killedAt < 5000, 'promptly')

@@ -3,7 +3,8 @@
 // (only its ports changed) in front of two real sluice instances routes like the HAProxy
 // config: a session sticks to one instance whichever header or path names it (the instances'
 // exchange log lines, which carry their instanceId, prove it), requests without one spread,
-// and a client that stops reading stops the stream at sluice (no buffering in nginx).
+// a client that hangs up is gone for sluice at once, and a client that stops reading stops the
+// stream at sluice (no buffering in nginx).
 //
 // nginx is required (CI installs it, .ci/run): when it is missing this test fails.
 
@@ -133,6 +134,20 @@ t.test('nginx in front of two instances: affinity, spread, no buffering', async 
   t.same(await Promise.all([0, 1].map((i) => post({}, chatBody(`spread ${i}\n#sim ttft=600`)))), [200, 200])
   await until(() => exchanges(before).length >= 2, 'their lines')
   t.equal(new Set(exchanges(before).map((l) => l.at)).size, 2, 'one on each instance')
+
+  // A client that hangs up while its exchange waits for the provider: released at once.
+  const ac = new AbortController()
+  const waiting = request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    signal: ac.signal,
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-session-id': 'ngx-hangup' },
+    body: JSON.stringify(chatBody('hang up\n#sim ttft=30000', { stream: true })),
+  }).then(() => 'answered', (err: Error) => err.name)
+  const activeNow = async (): Promise<number[]> => Promise.all(gws.map(async (g) => (await g.metrics()).get('sluice_exchanges_active') ?? 0))
+  await until(async () => (await activeNow()).some((n) => n === 1), 'the exchange waiting', 5000)
+  ac.abort()
+  t.equal(await waiting, 'AbortError')
+  await until(async () => (await activeNow()).every((n) => n === 0), 'the instance to release the hung-up exchange (well before the provider\'s 30 s)', 3000)
 
   // Unbuffered: a client that stops reading stops the stream at sluice (nginx does not read
   // the provider's stream ahead into its buffers or a temp file, as proxy_buffering on would).
