@@ -20,6 +20,7 @@
 import t from 'tap'
 import { request } from 'undici'
 import { sha256Hex } from '../../src/config/load.ts'
+import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { KEY, SIGNING_KEY, chatBody } from '../helpers/exchange.ts'
 import { startGateway, until, waitIdle, type Gateway } from '../helpers/gateway.ts'
 import { startHaproxy, type Haproxy } from '../helpers/haproxy.ts'
@@ -40,18 +41,23 @@ let gws: Gateway[] = []
 let lb: Haproxy
 
 t.before(async () => {
-  // Instance ids from the config file for one instance, from the environment for the others.
-  gws = await Promise.all(IDS.map((id, i) => i === 0
+  // Instance ids from the config file for one instance, from the environment for the others;
+  // one signing key for all (ops/README.md "Keys shared by every instance").
+  const started = await Promise.allSettled(IDS.map((id, i) => i === 0
     ? startGateway({ ...config, instanceId: id }, { env: { SLUICE_SIGNING_KEY: SIGNING_KEY } })
     : startGateway(config, { env: { SLUICE_SIGNING_KEY: SIGNING_KEY, SLUICE_INSTANCE_ID: id } })))
+  for (const r of started) if (r.status === 'fulfilled') gws.push(r.value)
+  const failed = started.find((r) => r.status === 'rejected')
+  if (failed) throw (failed as PromiseRejectedResult).reason
   lb = await startHaproxy(gws.map((g) => ({ port: g.port, adminPort: g.adminPort })))
 })
 
 t.teardown(async () => {
   await dropConnections()
   await lb?.stop()
-  for (const g of gws) if (g.proc.exitCode === null && g.proc.signalCode === null) g.proc.kill('SIGKILL')
-  await Promise.all(gws.map((g) => within(g.exited, 10_000, 'an instance exits')))
+  // The survivors drain and exit; anything that does not is killed.
+  for (const g of gws) if (g.proc.exitCode === null && g.proc.signalCode === null) g.proc.kill('SIGTERM')
+  await Promise.all(gws.map((g) => within(g.exited, 10_000, 'an instance exits').catch(() => { g.proc.kill('SIGKILL'); return g.exited })))
 })
 
 interface Line { msg?: string; instanceId?: string; sessionId?: string | null; code?: string; exchangeId?: string | null; [k: string]: unknown }
@@ -170,6 +176,7 @@ t.test('a session sticks to one instance, whichever header or path names it', as
   }
   t.equal(instancesOf('some-other-session').length, 0, 'the losing header named no session')
   t.ok(exchangeLines().every((l) => l.instanceId === IDS[l.at]), 'each exchange line names the instance that wrote it')
+  t.same(lb.logs.filter((l) => / is DOWN/.test(l)), [], 'no instance was marked down meanwhile (a flap would move sessions)')
   const used = new Set(owner.values())
   t.ok(used.size >= 2, `sessions are spread over instances (${[...used].map((i) => IDS[i])})`)
 })
@@ -204,6 +211,20 @@ t.test('the per-session pending cap holds through the balancer', async (t) => {
   const ls = exchangeLines().filter((l) => l.sessionId === s)
   t.equal(new Set(ls.map((l) => l.at)).size, 1, 'all three reached the same instance (not retried elsewhere)')
   t.same(ls.map((l) => l.code).sort(), ['ok', 'ok', 'prompt_queue_full'])
+})
+
+t.test('one signing key: every instance\'s failure records verify with it', async (t) => {
+  const signers = new Set<number>()
+  for (const s of SESSIONS) {
+    const n = mark()
+    const r = await post({ 'x-session-id': s }, `${s} provider fault\n#sim fault=status-503`)
+    t.equal(r.status, 502, `${s}: the provider's failure`)
+    const { record, signature } = r.json as { record: FailureRecord; signature: string }
+    t.ok(verifyRecord(record, signature, Buffer.from(SIGNING_KEY)), `${s}: its record verifies with the shared key`)
+    await until(() => exchangeLines(n).length > 0, 'its line')
+    signers.add(exchangeLines(n)[0].at)
+  }
+  t.equal(signers.size, 3, 'records signed by all three instances')
 })
 
 t.test('a client that hangs up is gone at once for the instance too (option abortonclose)', async (t) => {
