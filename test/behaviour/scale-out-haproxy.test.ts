@@ -8,11 +8,15 @@
 //   which carry their instanceId — and requests without a session spread by least connections;
 // - the per-session pending cap holds (prompt_queue_full at the cap, passed through, not
 //   retried elsewhere);
+// - one signing key: the failure records of all three instances verify with it;
+// - a client that hangs up (waiting for a first byte, or on an event stream) is gone for the
+//   instance at once (option abortonclose);
 // - SIGTERM on one instance: its /readyz turns 503, HAProxy marks it down, its sessions' new
 //   exchanges go to the others while its running stream finishes byte for byte, and it exits 0;
 // - SIGKILL on one: only its exchanges are lost, and their clients (a blocking stream and an
 //   event stream) see them end at once, no hang; the survivor's exchanges are untouched;
-// - the surviving instance is back at idle afterwards.
+// - the surviving instance is back at idle afterwards, and every line every instance wrote
+//   names it.
 //
 // HAProxy is required (CI installs it, .ci/run): when it is missing this test fails.
 // Bounded: every wait has a limit, and the processes are stopped in teardown.
@@ -366,4 +370,13 @@ t.test('SIGKILL: only that instance\'s exchanges are lost, and their clients see
   t.equal(m.get('sluice_storage_bytes_reserved'), 0)
   t.equal(m.get('sluice_session_pending_max'), 0, 'no session pending')
   t.equal(m.get('sluice_admissions_total'), m.get('sluice_releases_total'), 'every admission released once')
+})
+
+t.test('every line every instance wrote, start to drain, names that instance', async (t) => {
+  for (const [i, g] of gws.entries()) {
+    const ls = lines(g)
+    const wrong = ls.filter((l) => l.instanceId !== IDS[i])
+    t.same(wrong, [], `instance ${i}: all ${ls.length} lines carry instanceId ${IDS[i]}`)
+  }
+  t.ok(lines(gws.find((g) => g.proc.exitCode === 0)!).some((l) => l.msg === 'stopped'), 'the drain\'s lines included')
 })
