@@ -20,6 +20,8 @@ serve options:
   --admin-port N                         admin plane port (else $SLUICE_ADMIN_PORT, else config, 9090)
   --workers N                            HTTP worker threads
   --max-pending-prompts-per-session N    per-session pending cap, a non-negative integer (0 = no cap)
+  --instance-id ID                       this instance's id in a fleet (else $SLUICE_INSTANCE_ID, else
+                                         config instanceId, else <hostname>:<port>)
 `
 
 async function main (argv: string[]): Promise<number> {
@@ -58,6 +60,7 @@ function parseServeArgs (args: string[]): { file?: string; overrides: Overrides 
       'admin-port': { type: 'string' },
       workers: { type: 'string' },
       'max-pending-prompts-per-session': { type: 'string' },
+      'instance-id': { type: 'string' },
     },
   })
   return {
@@ -67,6 +70,7 @@ function parseServeArgs (args: string[]): { file?: string; overrides: Overrides 
       adminPort: values['admin-port'],
       workers: values.workers,
       maxPendingPromptsPerSession: values['max-pending-prompts-per-session'],
+      instanceId: values['instance-id'],
     },
   }
 }

@@ -43,7 +43,7 @@ export interface StartOptions {
 }
 
 export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> {
-  const log = opts.log ?? createLogger(opts.config.telemetry.logLevel)
+  const log = opts.log ?? createLogger(opts.config.telemetry.logLevel, undefined, opts.config.instanceId)
   const startedAt = Date.now()
 
   // reusePort lets a second process bind the same port silently: probe with an exclusive

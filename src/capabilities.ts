@@ -21,6 +21,8 @@ export function capabilities (config: Config, version: string): Record<string, u
   return {
     name: 'sluice',
     version,
+    // Which instance of a fleet answered (ops/README.md "Several instances").
+    instanceId: config.instanceId,
     limits: {
       maxActiveExchanges: l.maxActiveExchanges,
       maxQueuedExchanges: l.maxQueuedExchanges,

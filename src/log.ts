@@ -214,14 +214,15 @@ function stdoutDestination (): pino.DestinationStream {
  * message per exchange log line, on the primary's event loop), and a synchronous write would
  * stall the relay on a slow stdout.
  */
-export function createThreadLogger (level: string): Logger {
-  return createLogger(level, stdoutDestination())
+export function createThreadLogger (level: string, instanceId?: string): Logger {
+  return createLogger(level, stdoutDestination(), instanceId)
 }
 
-export function createLogger (level: string, destination?: pino.DestinationStream): Logger {
+/** `instanceId` (the config's) goes on every line, so one session can be followed across a fleet. */
+export function createLogger (level: string, destination?: pino.DestinationStream, instanceId?: string): Logger {
   const opts: pino.LoggerOptions = {
     level,
-    base: { pid: process.pid, service: 'sluice' },
+    base: { pid: process.pid, service: 'sluice', ...(instanceId === undefined ? {} : { instanceId }) },
     redact: { paths: REDACT_PATHS, censor: CENSOR },
     formatters: {
       log: scrubLogObject,

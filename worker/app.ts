@@ -52,7 +52,7 @@ export interface App {
 export async function buildApp (deps: AppDeps): Promise<App> {
   // Traces: only when the OTEL_* variables configure an exporter (validated by the primary).
   const traceConfig = tracingFromEnv(process.env, deps.config.telemetry.serviceName)
-  const tracing = traceConfig ? await startTracing(traceConfig, { 'service.version': VERSION, 'sluice.worker': deps.ledger.row }) : null
+  const tracing = traceConfig ? await startTracing(traceConfig, { 'service.version': VERSION, 'service.instance.id': deps.config.instanceId, 'sluice.worker': deps.ledger.row }) : null
   const fastify = Fastify({
     logger: false,
     // The gate, not the HTTP server, bounds concurrency; keep the server's own timeouts out

@@ -17,7 +17,7 @@ const port = parentPort!
 const send = (msg: WorkerToPrimary): void => port.postMessage(msg)
 
 const ledger = attachLedger(boot.ledger, boot.row)
-const log = createThreadLogger(boot.config.telemetry.logLevel).child({ worker: boot.row, generation: boot.generation })
+const log = createThreadLogger(boot.config.telemetry.logLevel, boot.config.instanceId).child({ worker: boot.row, generation: boot.generation })
 const app = await buildApp({
   config: boot.config,
   ledger,

@@ -2,9 +2,10 @@
 // one strict validation. Any failure is a ConfigError naming the key; `sluice serve` and
 // `sluice check-config` print it and exit 2.
 
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { configSchema, type Config, type ConfigInput } from './schema.ts'
+import { hostname } from 'node:os'
+import { INSTANCE_ID, configSchema, type Config, type ConfigInput } from './schema.ts'
 import { matchesAny } from './models.ts'
 
 export { matchesAny }
@@ -42,6 +43,7 @@ export interface Overrides {
   adminPort?: string | number
   workers?: string | number
   maxPendingPromptsPerSession?: string | number
+  instanceId?: string
 }
 
 /** A flag or environment value that must be a non-negative integer. */
@@ -97,10 +99,12 @@ export function loadConfig (opts: LoadOptions = {}): LoadedConfig {
   } else {
     if (env.SLUICE_PORT !== undefined && env.SLUICE_PORT !== '') listen.port = parseNonNegativeInt('SLUICE_PORT', env.SLUICE_PORT)
     if (env.SLUICE_ADMIN_PORT !== undefined && env.SLUICE_ADMIN_PORT !== '') listen.adminPort = parseNonNegativeInt('SLUICE_ADMIN_PORT', env.SLUICE_ADMIN_PORT)
+    if (env.SLUICE_INSTANCE_ID !== undefined && env.SLUICE_INSTANCE_ID !== '') input.instanceId = checkInstanceId('SLUICE_INSTANCE_ID', env.SLUICE_INSTANCE_ID)
     const o = opts.overrides ?? {}
     if (o.port !== undefined) listen.port = parseNonNegativeInt('--port', o.port)
     if (o.adminPort !== undefined) listen.adminPort = parseNonNegativeInt('--admin-port', o.adminPort)
     if (o.workers !== undefined) input.workers = parseNonNegativeInt('--workers', o.workers)
+    if (o.instanceId !== undefined) input.instanceId = checkInstanceId('--instance-id', o.instanceId)
     if (o.maxPendingPromptsPerSession !== undefined) {
       limits.maxPendingPromptsPerSession = parseNonNegativeInt('--max-pending-prompts-per-session', o.maxPendingPromptsPerSession)
     }
@@ -124,9 +128,25 @@ export function validateConfig (input: unknown): Config {
     }
     throw new ConfigError(key, message)
   }
-  const config = parsed.data
+  const config = { ...parsed.data, instanceId: parsed.data.instanceId ?? defaultInstanceId(parsed.data.listen.port) }
   crossCheck(config)
   return config
+}
+
+/** An instance id from the environment or a flag: refused (naming where it came from) unless valid. */
+function checkInstanceId (key: string, raw: string): string {
+  if (!INSTANCE_ID.test(raw)) throw new ConfigError(key, `must be 1 to 128 letters, digits or ._:- (starting with a letter or digit), got ${JSON.stringify(raw)}`)
+  return raw
+}
+
+/**
+ * The instance id when none is configured: `<hostname>:<data port>` — stable across restarts
+ * and distinct for every instance on one host. With an ephemeral port (0) the port is not
+ * known yet: 8 random hex digits stand in for it.
+ */
+export function defaultInstanceId (port: number, host: string = hostname()): string {
+  const h = host.replace(/[^A-Za-z0-9.-]/g, '-').replace(/^[^A-Za-z0-9]+/, '').slice(0, 110) || 'sluice'
+  return `${h}:${port === 0 ? randomBytes(4).toString('hex') : port}`
 }
 
 function valueAt (root: unknown, path: readonly PropertyKey[]): unknown {

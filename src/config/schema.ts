@@ -102,7 +102,16 @@ export const providerSchema = z.strictObject({
   aliases: z.record(z.string().min(1), z.string().min(1)).default({}),
 })
 
+/**
+ * One instance's name in a fleet (ops/README.md "Several instances"): on /capabilities, on
+ * every log line (`instanceId`) and on every trace (`service.instance.id`). Letters, digits
+ * and `._:-`, so it is safe in a log query, a metric label and a load balancer's server name.
+ */
+export const INSTANCE_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/
+
 export const configSchema = z.strictObject({
+  /** Default (filled in by validateConfig): `<hostname>:<listen.port>`. */
+  instanceId: z.string().regex(INSTANCE_ID, 'an instance id: 1 to 128 letters, digits or ._:- (starting with a letter or digit)').optional(),
   listen: z.strictObject({
     host: z.string().min(1).default('127.0.0.1'),
     port: int(0).max(65535).default(8080),
@@ -129,7 +138,8 @@ export const configSchema = z.strictObject({
 })
 
 export type ConfigInput = z.input<typeof configSchema>
-export type Config = z.output<typeof configSchema>
+/** The validated config; `instanceId` is always set (validateConfig fills the default). */
+export type Config = Omit<z.output<typeof configSchema>, 'instanceId'> & { instanceId: string }
 export type Limits = Config['limits']
 export type ProviderConfig = Config['providers'][number]
 export type KeyConfig = Config['keys'][number]

@@ -61,7 +61,7 @@ t.test('OTLP/HTTP JSON: one trace per exchange, the span tree, the queue event, 
   t.teardown(() => new Promise<void>((resolve) => rx.server.close(() => resolve())))
   const rig = await startRig({
     limits: { maxActiveExchanges: 1 },
-    env: { OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'sluice-under-test', OTEL_BSP_SCHEDULE_DELAY: '100' },
+    env: { OTEL_EXPORTER_OTLP_ENDPOINT: rx.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'sluice-under-test', OTEL_BSP_SCHEDULE_DELAY: '100', SLUICE_INSTANCE_ID: 'trace-instance-7' },
   })
   const post = (body: unknown, headers: Record<string, string>) => fetch(`${rig.url}/v1/chat/completions`, {
     method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
@@ -85,6 +85,8 @@ t.test('OTLP/HTTP JSON: one trace per exchange, the span tree, the queue event, 
     t.notOk(all.includes(secret), `not exported: ${secret.slice(0, 12)}…`)
   }
   t.ok(all.includes('sluice-under-test'), 'OTEL_SERVICE_NAME is the service name')
+  const resources = rx.got.flatMap((r) => (JSON.parse(r.body.toString('utf8')) as { resourceSpans: Array<{ resource: { attributes?: OtlpSpan['attributes'] } }> }).resourceSpans.map((rs) => rs.resource))
+  t.ok(resources.length > 0 && resources.every((r) => attr(r, 'service.instance.id') === 'trace-instance-7'), 'every trace names its instance (service.instance.id)')
 
   const spans = spansOf(rx.got)
   const roots = spans.filter((s) => s.name === 'sluice.exchange')

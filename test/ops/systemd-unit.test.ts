@@ -236,3 +236,47 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
   const outside = used.filter((s) => !allowed.has(s))
   t.same(outside, [], `all inside SystemCallFilter (${used.join(' ')})`)
 })
+
+// ops/systemd/sluice@.service: the templated unit for several instances on one host.
+const TEMPLATE = join(ROOT, 'ops/systemd/sluice@.service')
+
+t.test('the template sluice@.service is sluice.service plus the instance lines only', async (t) => {
+  const tpl = parseUnit(readFileSync(TEMPLATE, 'utf8'))
+  const differs: Record<string, string[]> = {
+    'Unit.Description': ['sluice model-exchange gateway, instance %i'],
+    'Service.Environment': ['SLUICE_INSTANCE_ID=%H:%i'],
+    'Service.EnvironmentFile': ['-/etc/sluice/env', '/etc/sluice/instance-%i.env'],
+  }
+  t.same([...tpl.keys()], [...unit.keys()], 'the same sections')
+  for (const [section, keys] of unit) {
+    const other = tpl.get(section)!
+    const names = new Set([...keys.keys(), ...other.keys()])
+    for (const k of names) {
+      const want = differs[`${section}.${k}`] ?? keys.get(k)
+      t.same(other.get(k), want, `[${section}] ${k}`)
+    }
+  }
+})
+
+t.test('systemd-analyze verify accepts an instance of the template', { skip: hasAnalyze ? false : `${ANALYZE} is not installed` }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-unit-'))
+  const local = (extra: string): string => {
+    const file = join(dir, 'sluice@1.service')
+    writeFileSync(file, readFileSync(TEMPLATE, 'utf8')
+      .replaceAll('/opt/sluice/node_modules/.bin/node', join(ROOT, 'node_modules/.bin/node'))
+      .replaceAll('/opt/sluice/bin/sluice.ts', join(ROOT, 'bin/sluice.ts'))
+      .replace(/^WorkingDirectory=.*$/m, `WorkingDirectory=${ROOT.replace(/\/$/, '')}`)
+      .replace('[Service]\n', `[Service]\n${extra}`))
+    return file
+  }
+  const r = spawnSync(ANALYZE, ['verify', local('')], { encoding: 'utf8', timeout: 30_000 })
+  const said = (r.stdout + r.stderr).trim()
+  if (r.status !== 0 && ENVIRONMENTAL.test(said)) {
+    t.pass(`systemd-analyze cannot run here (${said.split('\n')[0]}): the content check above only`)
+    return
+  }
+  t.equal(r.status, 0, `verify exits 0${said ? `: ${said}` : ''}`)
+  t.equal(said, '', 'no warnings')
+  const bad = spawnSync(ANALYZE, ['verify', local('MemoryMaxx=2G\n')], { encoding: 'utf8', timeout: 30_000 })
+  t.match(bad.stderr, /MemoryMaxx/, 'the same verifier reports a bad key in it')
+})

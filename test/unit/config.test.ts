@@ -2,7 +2,7 @@
 
 import t from 'tap'
 import { spawn } from 'node:child_process'
-import { ConfigError, DEMO_KEY, loadConfig, pendingCap, sha256Hex, validateConfig } from '../../src/config/load.ts'
+import { ConfigError, DEMO_KEY, defaultInstanceId, loadConfig, pendingCap, sha256Hex, validateConfig } from '../../src/config/load.ts'
 import { BIN, NODE, writeConfig } from '../helpers/gateway.ts'
 
 const provider = { name: 'p', protocol: 'openai-chat', baseUrl: 'http://127.0.0.1:1', models: ['m'] }
@@ -31,6 +31,11 @@ const invalid: Array<[string, unknown, string]> = [
   ['zero body idle limit', { limits: { bodyIdleMs: 0 } }, 'limits.bodyIdleMs'],
   ['fractional body read limit', { limits: { bodyReadMs: 2.5 } }, 'limits.bodyReadMs'],
   ['zero envelope parses', { limits: { maxEnvelopeParses: 0 } }, 'limits.maxEnvelopeParses'],
+  ['instance id with a space', { instanceId: 'a b' }, 'instanceId'],
+  ['empty instance id', { instanceId: '' }, 'instanceId'],
+  ['instance id too long', { instanceId: 'i'.repeat(129) }, 'instanceId'],
+  ['instance id starting with a dash', { instanceId: '-i1' }, 'instanceId'],
+  ['instance id not a string', { instanceId: 7 }, 'instanceId'],
 ]
 
 for (const [name, cfg, key] of invalid) {
@@ -85,6 +90,25 @@ t.test('environment and flags override the file; bad values name the flag', asyn
   t.equal(demo.demo, true)
   t.ok(demo.config.sim.enabled)
   t.ok(demo.config.keys.some((k) => k.sha256 === sha256Hex(DEMO_KEY)))
+})
+
+t.test('instance id: flag, then SLUICE_INSTANCE_ID, then the file, then <hostname>:<port>', async (t) => {
+  const file = writeConfig({ instanceId: 'from-file', listen: { port: 1000 } })
+  t.equal(loadConfig({ file, env: {} }).config.instanceId, 'from-file')
+  t.equal(loadConfig({ file, env: { SLUICE_INSTANCE_ID: 'from-env' } }).config.instanceId, 'from-env')
+  t.equal(loadConfig({ file, env: { SLUICE_INSTANCE_ID: 'from-env' }, overrides: { instanceId: 'from-flag' } }).config.instanceId, 'from-flag')
+  for (const [key, env, overrides] of [['SLUICE_INSTANCE_ID', { SLUICE_INSTANCE_ID: 'has space' }, {}], ['--instance-id', {}, { instanceId: 'x/y' }]] as const) {
+    const err = t.throws(() => loadConfig({ file, env, overrides })) as ConfigError
+    t.equal(err.key, key, err.message)
+  }
+  const plain = writeConfig({ listen: { port: 8123 } })
+  t.equal(loadConfig({ file: plain, env: {} }).config.instanceId, `${defaultInstanceId(8123)}`, 'default')
+  t.equal(defaultInstanceId(8123, 'gw-3.example.net'), 'gw-3.example.net:8123', 'hostname:port')
+  t.equal(defaultInstanceId(8123, '_odd host!'), 'odd-host-:8123', 'a hostname is made safe')
+  const a = defaultInstanceId(0, 'h')
+  t.match(a, /^h:[0-9a-f]{8}$/, 'an ephemeral port: a random suffix')
+  t.not(a, defaultInstanceId(0, 'h'), 'distinct for two instances with ephemeral ports')
+  t.match(validateConfig({}).instanceId, /^[A-Za-z0-9][A-Za-z0-9._:-]*:8080$/, 'validated configs always carry one')
 })
 
 function run (args: string[]): Promise<{ code: number | null; out: string; err: string }> {
