@@ -44,13 +44,14 @@ export class Router {
   }
 
   /** Same-protocol only for now: a route whose provider speaks another protocol is refused. */
+  /** A client of another protocol: translated, unless the provider is configured `translate: false`. */
   static checkProtocol (route: RouteProtocol, provider: ResolvedProvider, model: string): void {
-    if (provider.config.protocol !== route) {
+    if (provider.config.protocol !== route && !provider.config.translate) {
       throw new SluiceError('protocol_mismatch', {
         model,
         route,
         providerProtocol: provider.config.protocol,
-        supported: `same protocol only: send ${provider.config.protocol} requests for this model (translation between protocols is not built yet)`,
+        supported: `same protocol only: this provider is configured with translate: false; send ${provider.config.protocol} requests for this model`,
       })
     }
   }

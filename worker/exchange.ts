@@ -202,6 +202,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     rec.provider = provider.config.name
     const client = ROUTE_PROTOCOL[route]
     const target = provider.config.protocol
+    Router.checkProtocol(client, provider, prepared.model)
     // 4b. A provider of another protocol: one semantic translation (src/translate/). The
     //     request is translated in the parser pool under the parse permit, in a second pool
     //     call: which protocol a model's provider speaks is known only once the body is parsed.

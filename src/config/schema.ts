@@ -100,6 +100,8 @@ export const providerSchema = z.strictObject({
   apiKeyEnv: z.union([z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.null()]).default(null),
   models: z.array(modelPattern).min(1),
   aliases: z.record(z.string().min(1), z.string().min(1)).default({}),
+  /** Clients of another protocol are translated (src/translate/); false: refused with protocol_mismatch. */
+  translate: z.boolean().default(true),
 })
 
 /**

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { request } from 'undici'
 import { sha256Hex } from '../../src/config/load.ts'
-import { KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { KEY, chatBody, messagesBody, responsesBody, simProvidersNoTranslation, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 
 const PINNED = 'sk-pinned-to-gpt5-only'
@@ -14,6 +14,8 @@ let rig: Rig
 t.before(async () => {
   rig = await startRig({
     workers: 2,
+    // The protocol_mismatch case needs a provider that does not translate.
+    providers: simProvidersNoTranslation,
     limits: { maxBodyBytes: 4096, maxJsonDepth: 8, maxJsonNodes: 200 },
     keys: [
       { name: 'test', sha256: sha256Hex(KEY), models: ['*'] },

@@ -11,7 +11,7 @@ import { request } from 'undici'
 import { sha256Hex } from '../../src/config/load.ts'
 import { errorCodes } from '../../src/errors.ts'
 import { FAULTS } from '../../src/sim/directive.ts'
-import { KEY, PROVIDER_KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { KEY, PROVIDER_KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, simProvidersNoTranslation, startRig, type Rig } from '../helpers/exchange.ts'
 import { clientOnRow, until } from '../helpers/gateway.ts'
 
 const WRONG_KEY = 'sk-wrong-but-secret-looking-7f3a9c2e1b04d5'
@@ -59,6 +59,8 @@ let rig: Rig
 t.before(async () => {
   rig = await startRig({
     workers: 2,
+    // The protocol_mismatch case needs a provider that does not translate.
+    providers: simProvidersNoTranslation,
     limits: { maxBodyBytes: 8192, maxJsonDepth: 16, maxJsonNodes: 2000, maxPendingPromptsPerSession: 1, maxActiveExchanges: 8, maxQueuedExchanges: 1, queueWaitMs: 1000, drainMs: 10_000 },
     upstream: { idleTimeoutMs: 400 },
     keys: [

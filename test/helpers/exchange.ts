@@ -28,11 +28,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
   sim.events.on('request', (e) => requests.push(e))
   sim.events.on('body', (e) => bodies.push(e))
   sim.events.on('end', (e) => ends.push(e))
-  const providers = opts.providers?.(sim.url) ?? [
-    { name: 'sim-chat', protocol: 'openai-chat', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-4o*', 'sim-chat'], aliases: { 'fast-chat': 'gpt-4o-mini' } },
-    { name: 'sim-responses', protocol: 'openai-responses', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-5*', 'sim-responses'] },
-    { name: 'sim-messages', protocol: 'anthropic', baseUrl: sim.url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['claude-*'] },
-  ]
+  const providers = opts.providers?.(sim.url) ?? simProviders(sim.url)
   const gw = await startGateway({
     workers: opts.workers ?? 1,
     limits: opts.limits ?? {},
@@ -56,6 +52,20 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
 }
 
 export const SIGNING_KEY = 'test-signing-key-for-failure-tails'
+
+/** The rig's default providers: one per protocol, each model family on its own. */
+export function simProviders (url: string): Array<Record<string, unknown>> {
+  return [
+    { name: 'sim-chat', protocol: 'openai-chat', baseUrl: url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-4o*', 'sim-chat'], aliases: { 'fast-chat': 'gpt-4o-mini' } },
+    { name: 'sim-responses', protocol: 'openai-responses', baseUrl: url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['gpt-5*', 'sim-responses'] },
+    { name: 'sim-messages', protocol: 'anthropic', baseUrl: url, apiKeyEnv: 'SIM_PROVIDER_KEY', models: ['claude-*'] },
+  ]
+}
+
+/** The default providers with translation switched off for the Messages one (protocol_mismatch). */
+export function simProvidersNoTranslation (url: string): Array<Record<string, unknown>> {
+  return simProviders(url).map((p) => (p.name === 'sim-messages' ? { ...p, translate: false } : p))
+}
 
 export function chatBody (text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: 'gpt-4o-mini', messages: [{ role: 'user', content: text }], ...extra }
