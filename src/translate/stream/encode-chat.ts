@@ -13,12 +13,14 @@ import { chat } from '../../protocols/chat.ts'
 import type { FailureRecord } from '../../sse/sign.ts'
 import type { CanonicalEvent, StopReason, Usage } from '../canonical.ts'
 import { openaiErrorFields, type ErrorEvent } from './client-errors.ts'
-import { Output, type EncoderOptions, type StreamEncoder } from './encoder.ts'
+import { Output, answerBase, type EncoderOptions, type StreamEncoder } from './encoder.ts'
 
 const J = JSON.stringify
 
+/** The client's id: the provider's (a fresh one when it sent none), `chatcmpl-` prefixed unless it is. */
 export function chatId (providerId: string): string {
-  return providerId.startsWith('chatcmpl') ? providerId : 'chatcmpl-' + providerId
+  const id = answerBase(providerId)
+  return id.startsWith('chatcmpl') ? id : 'chatcmpl-' + id
 }
 
 export function chatFinish (s: StopReason): string {
