@@ -23,7 +23,8 @@
 // provider's bytes (`translated: true`). `usage` is still read from the provider's answer.
 // Its refusals come back the same way: provider_protocol_error for a call that is not complete
 // (truncated or malformed arguments, a length stop inside a call) — never a completed call —,
-// provider_error for an error object in the answer, output_too_large past
+// the provider error's catalogue code for an error object in the answer (provider_error,
+// provider_unavailable for an overloaded one, ... as in a stream), output_too_large past
 // translate.limits (maxOutputItems items, maxOutputBytes bytes of items or of the answer).
 // A pool thread has no ledger: the bytes translation keeps are charged to a CountingBudget
 // capped at maxOutputBytes (the answer is whole in this thread's heap already; the cap keeps

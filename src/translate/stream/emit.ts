@@ -21,9 +21,10 @@ import { SluiceError, type ErrorDetails } from '../../errors.ts'
 import type {
   CanonicalEvent, EventSink, ItemDone, ItemStart, StopReason, ToolDef, ToolKind, TranslationBudget, Usage,
 } from '../canonical.ts'
+import { toolLookup as wireTable, type ToolIdentity } from '../names.ts'
 import { InputUnwrapper } from './unwrap.ts'
 
-export interface ToolIdentity { kind: ToolKind; name: string; namespace?: string }
+export type { ToolIdentity }
 /** Restores a provider-side function name to the client's tool (names.ts builds it). */
 export type ToolLookup = (wireName: string) => ToolIdentity | undefined
 
@@ -39,14 +40,9 @@ export interface DecoderOptions {
   limits?: TranslateLimits
 }
 
-/** A lookup over the request's tool list (wire name -> the client's tool). */
+/** A lookup over the request's tool list (wire name -> the client's tool): names.ts's table. */
 export function toolLookup (tools: readonly ToolDef[]): ToolLookup {
-  const byWire = new Map<string, ToolIdentity>()
-  for (const t of tools) {
-    const id: ToolIdentity = { kind: t.kind, name: t.name }
-    if (t.namespace !== undefined) id.namespace = t.namespace
-    byWire.set(t.wireName, id)
-  }
+  const byWire = wireTable(tools)
   return w => byWire.get(w)
 }
 
