@@ -25,7 +25,7 @@ import type { CanonicalEvent, ItemDone, ItemStart, StopReason, TranslationBudget
 import { wrapOpaque } from '../envelope.ts'
 import { openaiErrorFields, type ErrorEvent } from './client-errors.ts'
 import { Held } from './emit.ts'
-import { Output, answerBase, type EncoderOptions, type StreamEncoder } from './encoder.ts'
+import { Output, prefixedId, type EncoderOptions, type StreamEncoder } from './encoder.ts'
 
 const J = JSON.stringify
 
@@ -41,8 +41,7 @@ interface Cur {
 
 /** The client's id: the provider's (a fresh one when it sent none), `[^A-Za-z0-9_-]` -> `_`, `resp_` prefixed. */
 export function responseId (providerId: string): string {
-  const clean = answerBase(providerId).replace(/[^A-Za-z0-9_-]/g, '_')
-  return clean.startsWith('resp_') ? clean : 'resp_' + clean
+  return prefixedId('resp_', providerId)
 }
 
 export function responsesUsage (u: Usage | null): Record<string, unknown> | null {

@@ -42,6 +42,12 @@ export function answerBase (providerId: string): string {
   return providerId !== '' ? providerId : randomUUID().replaceAll('-', '')
 }
 
+/** A Responses / Messages id: answerBase, characters outside [A-Za-z0-9_-] -> `_`, `prefix` unless it has it. */
+export function prefixedId (prefix: 'resp_' | 'msg_', providerId: string): string {
+  const clean = answerBase(providerId).replace(/[^A-Za-z0-9_-]/g, '_')
+  return clean.startsWith(prefix) ? clean : prefix + clean
+}
+
 export class Output {
   parts: string[] = []
   push (s: string): void { this.parts.push(s) }
