@@ -17,13 +17,18 @@
 // The parsed object never leaves this function; only the usage numbers do.
 //
 // Translated exchanges (`task.translate`, issue 12): after the same checks and parse, the
-// provider's answer is translated into the client protocol's answer (src/translate/answer.ts)
-// and serialised once into a fresh ArrayBuffer that goes back by transfer in place of the
+// provider's answer is translated into the client protocol's answer by the stream side's own
+// decoders and the same canonical events (translateJson, src/translate/stream/index.ts, over
+// requestOf(summary)), and serialised once into a fresh ArrayBuffer that goes back by transfer in place of the
 // provider's bytes (`translated: true`). `usage` is still read from the provider's answer.
 // Its refusals come back the same way: provider_protocol_error for a call that is not complete
 // (truncated or malformed arguments, a length stop inside a call) — never a completed call —,
-// provider_error for an error object in the answer, output_too_large past
+// the provider error's catalogue code for an error object in the answer (provider_error,
+// provider_unavailable for an overloaded one, ... as in a stream), output_too_large past
 // translate.limits (maxOutputItems items, maxOutputBytes bytes of items or of the answer).
+// A pool thread has no ledger: the bytes translation keeps are charged to a CountingBudget
+// capped at maxOutputBytes (the answer is whole in this thread's heap already; the cap keeps
+// what translation builds beside it to the same bound).
 
 import type { ErrorCode, ErrorDetails } from '../errors.ts'
 import { isErrorCode } from '../errors.ts'
@@ -31,9 +36,9 @@ import type { Protocol, Usage } from '../protocols/types.ts'
 import { usageFromJson as chatUsage } from '../protocols/chat.ts'
 import { usageFromJson as messagesUsage } from '../protocols/messages.ts'
 import { usageFromJson as responsesUsage } from '../protocols/responses.ts'
-import { SluiceError } from '../errors.ts'
-import { translateAnswer, type AnswerLimits } from '../translate/answer.ts'
-import type { RequestSummary } from '../translate/summary.ts'
+import { CountingBudget } from '../translate/canonical.ts'
+import { errorDetails, translateJson, type TranslateLimits } from '../translate/stream/index.ts'
+import { requestOf, type RequestSummary } from '../translate/summary.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 
 export interface AnswerTask {
@@ -53,7 +58,7 @@ export interface AnswerTranslateSpec {
   request: RequestSummary
   /** issuerOf(provider protocol, provider name): the reasoning blobs' issuer. */
   issuer: string
-  limits: AnswerLimits
+  limits: TranslateLimits
 }
 
 export interface AnswerOk {
@@ -111,13 +116,13 @@ export function readAnswer (task: AnswerTask): AnswerResult {
   const usageOut = usage ? { ...usage } as Record<string, number> : null
   if (task.translate === undefined) return { ok: true, body, usage: usageOut, depth: shape.depth, nodes: shape.nodes }
   const { to, request, issuer, limits: out } = task.translate
-  let bytes: Uint8Array
-  try {
-    bytes = encoder.encode(JSON.stringify(translateAnswer(task.protocol, to, value, { request, issuer, limits: out })))
-  } catch (err) {
-    const e = SluiceError.from(err)
-    return e.code === 'internal_error' ? refuse('internal_error', {}, 'the provider\'s answer could not be translated') : refuse(e.code, e.details, e.message)
+  const budget = new CountingBudget(out.maxOutputBytes)
+  const r = translateJson({ from: task.protocol, to, request: requestOf(request), budget, issuer, limits: out, answer: value })
+  if (!r.ok) {
+    const code = r.error.code
+    return isErrorCode(code) && code !== 'internal_error' ? refuse(code, errorDetails(r.error), r.error.message) : refuse('internal_error', {}, 'the provider\'s answer could not be translated')
   }
+  const bytes = encoder.encode(JSON.stringify(r.body))
   if (bytes.byteLength > out.maxOutputBytes) {
     return refuse('output_too_large', { reason: 'bytes', limit: out.maxOutputBytes }, `the translated answer is larger than ${out.maxOutputBytes} bytes (limits.maxOutputBytes)`)
   }

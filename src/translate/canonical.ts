@@ -158,6 +158,8 @@ export type CanonicalEvent =
      * `insufficient_quota`, ...): client encoders map it onto the field their clients act on.
      */
     providerCode?: string
+    /** What the refusal was about, for the catalogue error's details (a cap's `reason` and `limit`). */
+    details?: Record<string, string | number | boolean | null>
   }
 
 export type ItemStart =
@@ -183,7 +185,10 @@ export interface TranslationBudget {
   release (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void
 }
 
-/** A budget that counts and caps but holds nothing shared (tests, benchmarks). */
+/**
+ * A budget that counts and caps but holds nothing shared: tests, benchmarks, and the parser
+ * pool's answer task (a pool thread has no ledger; src/json/answer.ts caps it at maxOutputBytes).
+ */
 export class CountingBudget implements TranslationBudget {
   held = { tool_arguments: 0, item: 0, output: 0 }
   peak = 0
@@ -192,7 +197,7 @@ export class CountingBudget implements TranslationBudget {
   charge (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
     const total = this.held.tool_arguments + this.held.item + this.held.output + bytes
     if (total > this.maxBytes) {
-      throw new SluiceError('output_too_large', { limit: this.maxBytes, needed: total }, `translation needs ${total} bytes, over its cap ${this.maxBytes}`)
+      throw new SluiceError('output_too_large', { reason: 'bytes', limit: this.maxBytes, needed: total }, `translation needs ${total} bytes, over its cap ${this.maxBytes}`)
     }
     this.held[what] += bytes
     if (total > this.peak) this.peak = total

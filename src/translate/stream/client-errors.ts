@@ -7,6 +7,7 @@
 //     overloaded_error, invalid_request_error (Claude Code compacts on "prompt is too long"
 //     in its message), billing_error, api_error.
 
+import type { ErrorDetails } from '../../errors.ts'
 import type { CanonicalEvent } from '../canonical.ts'
 
 export type ErrorEvent = Extract<CanonicalEvent, { type: 'error' }>
@@ -44,4 +45,13 @@ export function anthropicErrorType (e: ErrorEvent): string {
   if (isQuota(e)) return 'billing_error'
   if (isContext(e) || e.providerType === 'invalid_request_error') return 'invalid_request_error'
   return 'api_error'
+}
+
+/** The catalogue error's details for `error` (a refusal before any byte: a JSON answer). */
+export function errorDetails (e: ErrorEvent): ErrorDetails {
+  const d: ErrorDetails = { ...e.details }
+  if (e.providerType !== undefined) d.providerType = e.providerType
+  if (e.providerCode !== undefined) d.providerCode = e.providerCode
+  if (e.retryAfterSeconds !== undefined) d.retryAfterSeconds = e.retryAfterSeconds
+  return d
 }

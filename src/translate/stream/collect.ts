@@ -1,7 +1,9 @@
 // Canonical events -> the client's non-streaming JSON answer. The provider's JSON answer goes
 // through the same decoder (`fromJson`) and the same events as a stream; this keeps the
 // completed items (charged to the budget as 'output' until the answer is rendered) and
-// renders them in the client protocol's answer shape.
+// renders them in the client protocol's answer shape. The answer's stop is known here, so a
+// refusal's text is the client's refusal field (Responses `refusal` part, Chat
+// `message.refusal`); a Chat client's custom tool is its `custom` call.
 
 import type { CanonicalEvent, CanonicalRequest, EventSink, ItemDone, Protocol, StopReason, TranslationBudget, Usage } from '../canonical.ts'
 import { wrapOpaque } from '../envelope.ts'
@@ -74,7 +76,7 @@ export class Collector implements EventSink {
       const id = responseId(this.id)
       const base = id.slice(5)
       const status = stop === 'length' || stop === 'content_filter' ? 'incomplete' : 'completed'
-      body = responseObject({ id, createdAt: created, model, status, output: this.items.map((d, i) => responsesItem(doneItemId(base, i, d), d)), usage: this.usage, stop, request })
+      body = responseObject({ id, createdAt: created, model, status, output: this.items.map((d, i) => responsesItem(doneItemId(base, i, d), d, stop === 'refusal')), usage: this.usage, stop, request })
     } else if (to === 'anthropic') {
       const content: unknown[] = []
       for (const d of this.items) {
@@ -93,9 +95,12 @@ export class Collector implements EventSink {
       for (const d of this.items) {
         if (d.kind === 'text') text.push(d.text)
         else if (d.kind === 'reasoning') reasoning.push(d.text !== '' ? d.text : d.summary.join('\n\n'))
+        else if (d.call.kind === 'custom') calls.push({ id: d.call.callId, type: 'custom', custom: { name: d.call.name, input: d.call.arguments } })
         else calls.push({ id: d.call.callId, type: 'function', function: { name: d.call.name, arguments: d.call.arguments } })
       }
-      const message: Record<string, unknown> = { role: 'assistant', content: text.length > 0 ? text.join('') : null, refusal: null }
+      const said = text.length > 0 ? text.join('') : null
+      const refused = stop === 'refusal'
+      const message: Record<string, unknown> = { role: 'assistant', content: refused ? null : said, refusal: refused ? said ?? '' : null }
       if (reasoning.length > 0) message.reasoning_content = reasoning.join('\n\n')
       if (calls.length > 0) message.tool_calls = calls
       body = { id: chatId(this.id), object: 'chat.completion', created, model, choices: [{ index: 0, message, logprobs: null, finish_reason: chatFinish(stop) }], usage: chatUsageJson(this.usage) }

@@ -48,7 +48,7 @@ export class ChatDecoder {
     if (data === '[DONE]') return this.#done()
     if (!isObj(data)) return e.fail('provider_protocol_error', 'a Chat stream frame is not a JSON object')
     if (data.error !== undefined && data.error !== null) return providerFailure(e, data.error, 'error')
-    if (!e.started) e.begin(typeof data.id === 'string' ? data.id : 'chatcmpl', typeof data.model === 'string' ? data.model : '', typeof data.created === 'number' ? data.created : undefined)
+    if (!e.started) e.begin(typeof data.id === 'string' ? data.id : '', typeof data.model === 'string' ? data.model : '', typeof data.created === 'number' ? data.created : undefined)
     const choices = data.choices
     if (Array.isArray(choices) && choices.length > 0 && this.#stop === null) {
       const c = choices.find(x => isObj(x) && (x.index === 0 || x.index === undefined)) ?? choices[0]
@@ -88,7 +88,7 @@ export class ChatDecoder {
         let p = this.#calls.get(idx)
         if (p === undefined) {
           if (this.#calls.size >= e.limits.maxOutputItems) {
-            return e.fail('output_too_large', `the translated answer has more than limits.maxOutputItems (${e.limits.maxOutputItems}) items`)
+            return e.fail('output_too_large', `the translated answer has more than limits.maxOutputItems (${e.limits.maxOutputItems}) items`, { details: { reason: 'items', limit: e.limits.maxOutputItems } })
           }
           p = { id: '', name: '', args: new Held(e.budget, 'tool_arguments'), order: this.#calls.size }
           this.#calls.set(idx, p)
@@ -140,7 +140,6 @@ export class ChatDecoder {
         if (!e.wholeCall(p.id !== '' ? p.id : `call_${idx}`, p.name, raw)) return
       }
       this.#calls.clear()
-      if (stop === 'end') stop = 'tool_calls'
     }
     this.#stop = stop
   }
@@ -180,7 +179,10 @@ export function chatFromJson (answer: unknown, o: DecoderOptions): void {
   const choice = Array.isArray(answer.choices) ? answer.choices[0] : undefined
   if (!isObj(choice) || !isObj(choice.message)) return e.fail('provider_protocol_error', 'the provider answer has no choices[0].message')
   const m = choice.message
-  const chunk: Record<string, unknown> = { id: answer.id, model: answer.model, created: answer.created, choices: [{ index: 0, delta: { reasoning_content: m.reasoning_content ?? m.reasoning, content: m.content, refusal: m.refusal, tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls.map((t, i) => isObj(t) ? { ...t, index: i } : t) : undefined }, finish_reason: typeof choice.finish_reason === 'string' ? choice.finish_reason : 'stop' }], usage: answer.usage }
+  // The answer as one chunk: a missing finish_reason stays missing, so [DONE] fails it as in a
+  // stream (an answer without its terminal is never a completed call, nor a completed text).
+  const content = Array.isArray(m.content) ? m.content.map(p => isObj(p) && typeof p.text === 'string' ? p.text : '').join('') : m.content
+  const chunk: Record<string, unknown> = { id: answer.id, model: answer.model, created: answer.created, choices: [{ index: 0, delta: { reasoning_content: m.reasoning_content ?? m.reasoning, content, refusal: m.refusal, tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls.map((t, i) => isObj(t) ? { ...t, index: i } : t) : undefined }, finish_reason: choice.finish_reason }], usage: answer.usage }
   d.frame(null, chunk)
   d.frame(null, '[DONE]')
 }

@@ -7,7 +7,8 @@
 // (server_tool_use, web_search_tool_result, ...) have no client-side equivalent and are left
 // out. A tool_use block's item_end waits for what comes after its content_block_stop: with
 // `stop_reason: max_tokens` the input was cut short (Anthropic still closes the block), so
-// the call fails instead of ending.
+// the call fails instead of ending. message_stop without a stop_reason is an error (the
+// terminal is incomplete), as is the same answer as JSON.
 
 import type { CanonicalRequest, Usage } from '../canonical.ts'
 import { anthropicThinkingOpaque } from '../reasoning.ts'
@@ -48,7 +49,7 @@ export class MessagesDecoder {
     switch (type) {
       case 'message_start': {
         const m = isObj(data.message) ? data.message : {}
-        e.begin(typeof m.id === 'string' ? m.id : 'msg', typeof m.model === 'string' ? m.model : '')
+        e.begin(typeof m.id === 'string' ? m.id : '', typeof m.model === 'string' ? m.model : '')
         this.#mergeUsage(m.usage)
         return
       }
@@ -131,8 +132,9 @@ export class MessagesDecoder {
         if (!e.started) return e.fail('provider_protocol_error', 'message_stop before message_start')
         if (this.#block !== null) return e.fail('provider_protocol_error', 'message_stop inside an open content block')
         if (!this.#settleCall()) return
-        const stop = messagesStop(this.#stop ?? 'end_turn')
-        e.finish(stop === 'end' && e.calls > 0 ? 'tool_calls' : stop)
+        // message_delta's stop_reason is part of the terminal: without it the answer is not known complete
+        if (this.#stop === null) return e.fail('provider_protocol_error', 'message_stop without a stop_reason (no message_delta carried one)')
+        e.finish(messagesStop(this.#stop))
         return
       }
       case 'error':

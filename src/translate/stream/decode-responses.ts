@@ -8,7 +8,9 @@
 // (`custom_tool_call_input.delta`) and tool-search calls (arguments whole, from .done).
 // Hosted-tool items (web_search_call, ...) have no client-side equivalent and are left out.
 // Terminals: response.completed; response.incomplete (max_output_tokens -> length: a tool
-// call still open then is an error, never ended); response.failed and `error` -> `error`.
+// call still open then, or the last item, is an error, never ended); response.failed and
+// `error` -> `error`. A call item the provider marks `status: "incomplete"` is an error too.
+// A refusal (`refusal.delta`, a refusal content part) makes the stop `refusal`.
 
 import type { CanonicalRequest, ToolKind } from '../canonical.ts'
 import { openaiReasoningOpaque } from '../reasoning.ts'
@@ -20,6 +22,7 @@ type Current = 'message' | 'reasoning' | 'call' | 'skip'
 export class ResponsesDecoder {
   readonly e: Emitter
   #cur: Current | null = null
+  #refusal = false
 
   constructor (o: DecoderOptions) {
     this.e = new Emitter(o)
@@ -37,7 +40,7 @@ export class ResponsesDecoder {
     switch (type) {
       case 'response.created': case 'response.in_progress': case 'response.queued': {
         const r = isObj(data.response) ? data.response : {}
-        e.begin(typeof r.id === 'string' ? r.id : 'resp', typeof r.model === 'string' ? r.model : '', typeof r.created_at === 'number' ? r.created_at : undefined)
+        e.begin(typeof r.id === 'string' ? r.id : '', typeof r.model === 'string' ? r.model : '', typeof r.created_at === 'number' ? r.created_at : undefined)
         return
       }
       case 'response.output_item.added':
@@ -45,7 +48,10 @@ export class ResponsesDecoder {
         if (this.#cur !== null) return e.fail('provider_protocol_error', 'response.output_item.added while another output item is open')
         return this.#added(isObj(data.item) ? data.item : {})
       case 'response.output_text.delta': case 'response.refusal.delta':
-        if (this.#cur === 'message' && typeof data.delta === 'string') e.delta(data.delta, true)
+        if (this.#cur === 'message' && typeof data.delta === 'string') {
+          if (type === 'response.refusal.delta' && data.delta !== '') this.#refusal = true
+          e.delta(data.delta, true)
+        }
         return
       case 'response.reasoning_summary_text.delta':
         if (this.#cur === 'reasoning' && typeof data.delta === 'string') e.summaryDelta(typeof data.summary_index === 'number' ? data.summary_index : 0, data.delta)
@@ -65,7 +71,7 @@ export class ResponsesDecoder {
         if (type === 'response.completed') {
           if (this.#cur !== null && this.#cur !== 'skip') return e.fail('provider_protocol_error', 'response.completed while an output item is still open')
           this.#cur = null
-          return e.finish(e.calls > 0 ? 'tool_calls' : 'end')
+          return e.finish(this.#refusal ? 'refusal' : 'end')
         }
         const reason = isObj(r.incomplete_details) && typeof r.incomplete_details.reason === 'string' ? r.incomplete_details.reason : 'max_output_tokens'
         if (this.#cur === 'call') return e.fail('provider_protocol_error', `the response is incomplete (${reason}) inside a tool call: its arguments are incomplete`)
@@ -124,7 +130,12 @@ export class ResponsesDecoder {
       case 'message':
         if (e.text.bytes === 0 && Array.isArray(item.content)) {
           for (const p of item.content) if (isObj(p) && typeof p.text === 'string') e.delta(p.text, true)
-          for (const p of item.content) if (isObj(p) && typeof p.refusal === 'string') e.delta(p.refusal, true)
+          for (const p of item.content) {
+            if (isObj(p) && typeof p.refusal === 'string') {
+              if (p.refusal !== '') this.#refusal = true
+              e.delta(p.refusal, true)
+            }
+          }
         }
         return e.closeText()
       case 'reasoning': {
@@ -142,6 +153,9 @@ export class ResponsesDecoder {
         return e.endItem(done)
       }
       case 'call': {
+        if (item.status === 'incomplete') {
+          return e.fail('provider_protocol_error', `tool call ${e.call?.name ?? ''} is marked incomplete by the provider: its arguments are incomplete`)
+        }
         if (e.args.bytes === 0) {
           if (typeof item.arguments === 'string') e.callDelta(item.arguments)
           else if (isObj(item.arguments)) e.callDelta(JSON.stringify(item.arguments))
@@ -182,7 +196,13 @@ export function responsesFromJson (answer: unknown, o: DecoderOptions): void {
     d.frame('response.output_item.added', { type: 'response.output_item.added', item })
     d.frame('response.output_item.done', { type: 'response.output_item.done', item })
   }
-  const terminal = answer.status === 'incomplete' ? 'response.incomplete' : 'response.completed'
+  if (e.ended) return
+  // Only a completed or incomplete response is an answer (in_progress, queued, a missing
+  // status: its terminal never came).
+  if (answer.status !== 'completed' && answer.status !== 'incomplete') {
+    return e.fail('provider_protocol_error', `the provider answer is not complete (status ${typeof answer.status === 'string' ? answer.status.slice(0, 20) : String(answer.status)})`)
+  }
+  const terminal = `response.${answer.status}`
   d.frame(terminal, { type: terminal, response: { ...head, usage: answer.usage, incomplete_details: answer.incomplete_details } })
 }
 

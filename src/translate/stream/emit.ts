@@ -7,18 +7,24 @@
 //   - a tool call is only ended with complete arguments (`finishCall` validates them; a
 //     call that is malformed or cut short gets `error`, never `item_end`);
 //   - at most `maxOutputItems` items and `maxOutputBytes` reconstructed bytes per answer
-//     (`output_too_large`).
+//     (`output_too_large`);
+//   - the stop is the one rule for every provider (`finish`): `end` with calls made is
+//     `tool_calls`, `tool_calls` without a call of the client's (none, or only server-side
+//     tools ran) is `end`, and a `length` stop right after a call is an `error` (the call may
+//     have been cut: Anthropic closes a tool_use block at max_tokens, a Responses provider may
+//     list the cut call), never a completed call.
 // Bytes kept between frames live in `Held` buffers: charged to the TranslationBudget before
 // they are kept, joined once, released as soon as the item they belong to is emitted (or
 // the exchange fails: `fail` and `dispose` release everything).
 
-import { SluiceError } from '../../errors.ts'
+import { SluiceError, type ErrorDetails } from '../../errors.ts'
 import type {
   CanonicalEvent, EventSink, ItemDone, ItemStart, StopReason, ToolDef, ToolKind, TranslationBudget, Usage,
 } from '../canonical.ts'
+import { toolLookup as wireTable, type ToolIdentity } from '../names.ts'
 import { InputUnwrapper } from './unwrap.ts'
 
-export interface ToolIdentity { kind: ToolKind; name: string; namespace?: string }
+export type { ToolIdentity }
 /** Restores a provider-side function name to the client's tool (names.ts builds it). */
 export type ToolLookup = (wireName: string) => ToolIdentity | undefined
 
@@ -34,14 +40,9 @@ export interface DecoderOptions {
   limits?: TranslateLimits
 }
 
-/** A lookup over the request's tool list (wire name -> the client's tool). */
+/** A lookup over the request's tool list (wire name -> the client's tool): names.ts's table. */
 export function toolLookup (tools: readonly ToolDef[]): ToolLookup {
-  const byWire = new Map<string, ToolIdentity>()
-  for (const t of tools) {
-    const id: ToolIdentity = { kind: t.kind, name: t.name }
-    if (t.namespace !== undefined) id.namespace = t.namespace
-    byWire.set(t.wireName, id)
-  }
+  const byWire = wireTable(tools)
   return w => byWire.get(w)
 }
 
@@ -128,6 +129,8 @@ export class Emitter {
   /** The index of the open item, -1 when none. */
   open = -1
   openKind: ItemStart['kind'] | null = null
+  /** The kind of the last item ended (for the length-stop rule in `finish`). */
+  lastKind: ItemDone['kind'] | null = null
   nextIndex = 0
   outputBytes = 0
   calls = 0
@@ -159,7 +162,7 @@ export class Emitter {
     try {
       step()
     } catch (err) {
-      if (err instanceof SluiceError) this.fail(err.code, err.message)
+      if (err instanceof SluiceError) this.fail(err.code, err.message, { details: err.details })
       else this.fail('internal_error', `stream translation failed: ${err instanceof Error ? err.message : String(err)}`)
     }
   }
@@ -176,14 +179,14 @@ export class Emitter {
   count (n: number): void {
     this.outputBytes += n
     if (this.outputBytes > this.limits.maxOutputBytes) {
-      throw new SluiceError('output_too_large', { limit: this.limits.maxOutputBytes }, `the translated answer is larger than limits.maxOutputBytes (${this.limits.maxOutputBytes} bytes)`)
+      throw new SluiceError('output_too_large', { reason: 'bytes', limit: this.limits.maxOutputBytes }, `the translated answer is larger than limits.maxOutputBytes (${this.limits.maxOutputBytes} bytes)`)
     }
   }
 
   startItem (item: ItemStart): number {
     if (this.open !== -1) throw new Error('translate: an item is already open')
     if (this.nextIndex >= this.limits.maxOutputItems) {
-      throw new SluiceError('output_too_large', { limit: this.limits.maxOutputItems }, `the translated answer has more than limits.maxOutputItems (${this.limits.maxOutputItems}) items`)
+      throw new SluiceError('output_too_large', { reason: 'items', limit: this.limits.maxOutputItems }, `the translated answer has more than limits.maxOutputItems (${this.limits.maxOutputItems}) items`)
     }
     const index = this.nextIndex++
     this.open = index
@@ -211,6 +214,7 @@ export class Emitter {
     const index = this.open
     this.open = -1
     this.openKind = null
+    this.lastKind = item.kind
     this.emit({ type: 'item_end', index, item })
   }
 
@@ -339,6 +343,11 @@ export class Emitter {
   finish (stop: StopReason): void {
     if (this.ended) return
     if (this.open !== -1) throw new Error('translate: finish with an open item')
+    if (stop === 'length' && this.lastKind === 'tool_call') {
+      return this.fail('provider_protocol_error', 'the provider stopped for its length limit right after a tool call: its arguments may be incomplete')
+    }
+    if (stop === 'end' && this.calls > 0) stop = 'tool_calls'
+    else if (stop === 'tool_calls' && this.calls === 0) stop = 'end'
     this.ended = true
     const e: CanonicalEvent = { type: 'finish', stop }
     if (this.usage !== null) e.usage = this.usage
@@ -347,7 +356,7 @@ export class Emitter {
   }
 
   /** Emits `error` (last event) and releases everything held. */
-  fail (code: string, message: string, extra: { providerType?: string; providerCode?: string; retryAfterSeconds?: number } = {}): void {
+  fail (code: string, message: string, extra: { providerType?: string; providerCode?: string; retryAfterSeconds?: number; details?: ErrorDetails } = {}): void {
     if (this.ended) return
     this.ended = true
     this.dispose()
@@ -355,6 +364,7 @@ export class Emitter {
     if (extra.providerType !== undefined) e.providerType = extra.providerType
     if (extra.providerCode !== undefined) e.providerCode = extra.providerCode
     if (extra.retryAfterSeconds !== undefined) e.retryAfterSeconds = extra.retryAfterSeconds
+    if (extra.details !== undefined && Object.keys(extra.details).length > 0) e.details = extra.details
     this.emit(e)
   }
 

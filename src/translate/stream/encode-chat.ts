@@ -5,7 +5,8 @@
 // text as `content` deltas, reasoning as `reasoning_content` deltas (the DeepSeek-style
 // field Chat clients read; Chat has no place for an opaque blob, so none is sent); each tool
 // call as `tool_calls` deltas with its own index (0, 1, ... in emission order): the first with
-// id, type and function.name, then its arguments; one chunk with `finish_reason`; a usage
+// id, type and function.name, then its arguments (a custom tool's call: `type: "custom"`,
+// `custom.name`, then `custom.input` deltas, as the JSON answer has it); one chunk with `finish_reason`; a usage
 // chunk (`choices: []`) when the client asked (stream_options.include_usage); `data: [DONE]`.
 // A failure is the signed error frame, with no [DONE] after it.
 
@@ -13,12 +14,14 @@ import { chat } from '../../protocols/chat.ts'
 import type { FailureRecord } from '../../sse/sign.ts'
 import type { CanonicalEvent, StopReason, Usage } from '../canonical.ts'
 import { openaiErrorFields, type ErrorEvent } from './client-errors.ts'
-import { Output, type EncoderOptions, type StreamEncoder } from './encoder.ts'
+import { Output, answerBase, type EncoderOptions, type StreamEncoder } from './encoder.ts'
 
 const J = JSON.stringify
 
+/** The client's id: the provider's (a fresh one when it sent none), `chatcmpl-` prefixed unless it is. */
 export function chatId (providerId: string): string {
-  return providerId.startsWith('chatcmpl') ? providerId : 'chatcmpl-' + providerId
+  const id = answerBase(providerId)
+  return id.startsWith('chatcmpl') ? id : 'chatcmpl-' + id
 }
 
 export function chatFinish (s: StopReason): string {
@@ -46,7 +49,7 @@ export class ChatEncoder implements StreamEncoder {
   readonly #out = new Output()
   /** `{"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` */
   #head = ''
-  #kind: 'text' | 'reasoning' | 'tool' | null = null
+  #kind: 'text' | 'reasoning' | 'tool' | 'custom' | null = null
   #tool = -1
   error: ErrorEvent | null = null
   finished = false
@@ -72,9 +75,14 @@ export class ChatEncoder implements StreamEncoder {
       case 'item_start': {
         const it = e.item
         if (it.kind === 'tool_call') {
-          this.#kind = 'tool'
           this.#tool++
-          this.#chunk(`{"tool_calls":[{"index":${this.#tool},"id":${J(it.callId)},"type":"function","function":{"name":${J(it.name)},"arguments":""}}]}`)
+          if (it.toolKind === 'custom') {
+            this.#kind = 'custom'
+            this.#chunk(`{"tool_calls":[{"index":${this.#tool},"id":${J(it.callId)},"type":"custom","custom":{"name":${J(it.name)},"input":""}}]}`)
+          } else {
+            this.#kind = 'tool'
+            this.#chunk(`{"tool_calls":[{"index":${this.#tool},"id":${J(it.callId)},"type":"function","function":{"name":${J(it.name)},"arguments":""}}]}`)
+          }
         } else this.#kind = it.kind
         return
       }
@@ -82,6 +90,7 @@ export class ChatEncoder implements StreamEncoder {
         if (this.#kind === 'text') this.#chunk(`{"content":${J(e.text)}}`)
         else if (this.#kind === 'reasoning') this.#chunk(`{"reasoning_content":${J(e.text)}}`)
         else if (this.#kind === 'tool') this.#chunk(`{"tool_calls":[{"index":${this.#tool},"function":{"arguments":${J(e.text)}}}]}`)
+        else if (this.#kind === 'custom') this.#chunk(`{"tool_calls":[{"index":${this.#tool},"custom":{"input":${J(e.text)}}}]}`)
         return
       case 'summary_delta':
         if (this.#kind === 'reasoning') this.#chunk(`{"reasoning_content":${J(e.text)}}`)

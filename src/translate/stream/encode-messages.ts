@@ -18,13 +18,13 @@ import type { FailureRecord } from '../../sse/sign.ts'
 import type { CanonicalEvent, StopReason, Usage } from '../canonical.ts'
 import { wrapOpaque } from '../envelope.ts'
 import { anthropicErrorType, type ErrorEvent } from './client-errors.ts'
-import { Output, type EncoderOptions, type StreamEncoder } from './encoder.ts'
+import { Output, prefixedId, type EncoderOptions, type StreamEncoder } from './encoder.ts'
 
 const J = JSON.stringify
 
+/** The client's id: the provider's (a fresh one when it sent none), `[^A-Za-z0-9_-]` -> `_`, `msg_` prefixed. */
 export function messageId (providerId: string): string {
-  const clean = providerId.replace(/[^A-Za-z0-9_-]/g, '_')
-  return clean.startsWith('msg_') ? clean : 'msg_' + clean
+  return prefixedId('msg_', providerId)
 }
 
 export function anthropicStop (s: StopReason): string {

@@ -25,7 +25,7 @@ import type { CanonicalEvent, ItemDone, ItemStart, StopReason, TranslationBudget
 import { wrapOpaque } from '../envelope.ts'
 import { openaiErrorFields, type ErrorEvent } from './client-errors.ts'
 import { Held } from './emit.ts'
-import { Output, type EncoderOptions, type StreamEncoder } from './encoder.ts'
+import { Output, prefixedId, type EncoderOptions, type StreamEncoder } from './encoder.ts'
 
 const J = JSON.stringify
 
@@ -39,9 +39,9 @@ interface Cur {
   partText: Held
 }
 
+/** The client's id: the provider's (a fresh one when it sent none), `[^A-Za-z0-9_-]` -> `_`, `resp_` prefixed. */
 export function responseId (providerId: string): string {
-  const clean = providerId.replace(/[^A-Za-z0-9_-]/g, '_')
-  return clean.startsWith('resp_') ? clean : 'resp_' + clean
+  return prefixedId('resp_', providerId)
 }
 
 export function responsesUsage (u: Usage | null): Record<string, unknown> | null {
@@ -55,11 +55,13 @@ export function responsesUsage (u: Usage | null): Record<string, unknown> | null
   }
 }
 
-/** The Responses output item for a completed canonical item. */
-export function responsesItem (id: string, done: ItemDone): Record<string, unknown> {
+/** The Responses output item for a completed canonical item (`refusal`: a text item is the refusal's). */
+export function responsesItem (id: string, done: ItemDone, refusal = false): Record<string, unknown> {
   switch (done.kind) {
-    case 'text':
-      return { id, type: 'message', status: 'completed', role: 'assistant', content: [{ type: 'output_text', annotations: [], logprobs: [], text: done.text }] }
+    case 'text': {
+      const part = refusal ? { type: 'refusal', refusal: done.text } : { type: 'output_text', annotations: [], logprobs: [], text: done.text }
+      return { id, type: 'message', status: 'completed', role: 'assistant', content: [part] }
+    }
     case 'reasoning': {
       const parts = done.summary.length > 0 ? done.summary : done.text !== '' ? [done.text] : []
       const item: Record<string, unknown> = { id, type: 'reasoning', summary: parts.map(text => ({ type: 'summary_text', text })) }

@@ -7,6 +7,7 @@
 // the signing key), and `failureTail(record, signature)` renders it as the client protocol's
 // own error event, with the fields that client acts on (client-errors.ts).
 
+import { randomUUID } from 'node:crypto'
 import type { FailureRecord } from '../../sse/sign.ts'
 import type { CanonicalEvent, CanonicalRequest, EventSink, TranslationBudget, Usage } from '../canonical.ts'
 import type { ErrorEvent } from './client-errors.ts'
@@ -31,6 +32,20 @@ export interface StreamEncoder extends EventSink {
   failureTail (record: FailureRecord, signature: string): Buffer
   /** Releases every byte the encoder holds (after a failure or an abort). */
   dispose (): void
+}
+
+/**
+ * The provider's answer id for the client's id (each encoder adds its protocol's prefix), or a
+ * fresh one (32 hex characters) when the provider sent none: two answers never share an id.
+ */
+export function answerBase (providerId: string): string {
+  return providerId !== '' ? providerId : randomUUID().replaceAll('-', '')
+}
+
+/** A Responses / Messages id: answerBase, characters outside [A-Za-z0-9_-] -> `_`, `prefix` unless it has it. */
+export function prefixedId (prefix: 'resp_' | 'msg_', providerId: string): string {
+  const clean = answerBase(providerId).replace(/[^A-Za-z0-9_-]/g, '_')
+  return clean.startsWith(prefix) ? clean : prefix + clean
 }
 
 export class Output {

@@ -24,6 +24,7 @@ import { ResponsesEncoder } from './encode-responses.ts'
 import type { EncoderOptions, StreamEncoder } from './encoder.ts'
 
 export type { ErrorEvent } from './client-errors.ts'
+export { errorDetails } from './client-errors.ts'
 export type { StreamEncoder } from './encoder.ts'
 export type { ToolLookup, TranslateLimits } from './emit.ts'
 export { DEFAULT_LIMITS, toolLookup } from './emit.ts'
@@ -138,8 +139,14 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
 
 export type JsonTranslation = { ok: true; body: Record<string, unknown> } | { ok: false; error: ErrorEvent }
 
-/** A provider's non-streaming JSON answer -> the client's JSON answer, through the same events. */
+/**
+ * A provider's non-streaming JSON answer -> the client's JSON answer, through the same decoders
+ * and events as a stream (the parser pool's answer task, src/json/answer.ts, runs it). Never
+ * throws: a refusal is `{ ok: false, error }` (its catalogue code, errorDetails(error)), and
+ * `budget` is back at zero either way.
+ */
 export function translateJson (o: TranslatorOptions & { answer: unknown }): JsonTranslation {
+  if (o.from === o.to) return { ok: false, error: { type: 'error', code: 'internal_error', message: 'a same-protocol answer is relayed byte-exact, never translated' } }
   const c = new Collector(o.budget)
   const d = decoderOptions(o, c)
   if (o.from === 'openai-chat') chatFromJson(o.answer, d)
@@ -150,5 +157,10 @@ export function translateJson (o: TranslatorOptions & { answer: unknown }): Json
     c.dispose()
     return { ok: false, error: { type: 'error', code: 'provider_protocol_error', message: 'the provider answer did not complete' } }
   }
-  return { ok: true, body: c.render(o.to, o.request) }
+  try {
+    return { ok: true, body: c.render(o.to, o.request) }
+  } catch (err) {
+    c.dispose() // a defect: the client gets a truthful failure, the budget is back at idle
+    return { ok: false, error: { type: 'error', code: 'internal_error', message: `answer translation failed: ${err instanceof Error ? err.message : String(err)}` } }
+  }
 }

@@ -1,9 +1,11 @@
 // Shared by the answer-*.test.ts files: the request summaries of real client captures
 // (../shared/fixtures/clients) translated for a provider, and a few provider answers.
 import { readFileSync } from 'node:fs'
-import type { Protocol } from '../../../src/translate/canonical.ts'
+import { SluiceError, type ErrorCode } from '../../../src/errors.ts'
+import { CountingBudget, type Protocol } from '../../../src/translate/canonical.ts'
 import { translateRequest } from '../../../src/translate/request/index.ts'
-import { summarise, type RequestSummary } from '../../../src/translate/summary.ts'
+import { errorDetails, translateJson, type TranslateLimits } from '../../../src/translate/stream/index.ts'
+import { requestOf, summarise, type RequestSummary } from '../../../src/translate/summary.ts'
 
 export type Json = Record<string, any>
 
@@ -73,4 +75,18 @@ export const TEXT_ANSWERS: Record<Protocol, Json> = {
     stop_sequence: null,
     usage: { input_tokens: 100, cache_read_input_tokens: 300, cache_creation_input_tokens: 50, output_tokens: 20 },
   },
+}
+
+/**
+ * A provider's JSON answer translated as the parser pool's answer task does it (src/json/answer.ts):
+ * translateJson over requestOf(summary), a CountingBudget capped at maxOutputBytes. Returns the
+ * client's answer, or throws the refusal as a SluiceError; throws as well when the budget is not
+ * back at idle afterwards (in either case).
+ */
+export function translateAnswer (from: Protocol, to: Protocol, answer: unknown, ctx: { request: RequestSummary; issuer: string; limits: TranslateLimits }): Json {
+  const budget = new CountingBudget(ctx.limits.maxOutputBytes)
+  const r = translateJson({ from, to, request: requestOf(ctx.request), budget, issuer: ctx.issuer, limits: ctx.limits, answer })
+  if (!budget.idle) throw new Error(`translation budget not idle after the answer: ${JSON.stringify(budget.held)}`)
+  if (!r.ok) throw new SluiceError(r.error.code as ErrorCode, errorDetails(r.error), r.error.message)
+  return r.body
 }

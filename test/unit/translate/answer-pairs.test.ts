@@ -1,11 +1,10 @@
 // Non-streaming answers, every pair: text, reasoning, stop reasons and usage in the client's
-// own fields (src/translate/answer.ts).
+// own fields (translateJson in src/translate/stream/index.ts, as the parser pool's answer task runs it).
 import t from 'tap'
 import type { Protocol } from '../../../src/translate/canonical.ts'
-import { translateAnswer } from '../../../src/translate/answer.ts'
 import { unwrapOpaque } from '../../../src/translate/envelope.ts'
 import { parseAnthropicThinkingOpaque, parseOpenaiReasoningOpaque } from '../../../src/translate/reasoning.ts'
-import { CLIENT_FILE, LIMITS, TEXT_ANSWERS, summaryFor, type Json } from './answer-helpers.ts'
+import { CLIENT_FILE, LIMITS, TEXT_ANSWERS, summaryFor, type Json, translateAnswer } from './answer-helpers.ts'
 
 const protocols: Protocol[] = ['openai-chat', 'openai-responses', 'anthropic']
 // What each provider answer above carries, in canonical terms.
@@ -116,8 +115,12 @@ t.test('refusals of the answer itself', async t => {
   const code = (f: () => unknown): string | undefined => { try { f(); return undefined } catch (e) { return (e as { code?: string }).code } }
   t.equal(code(() => translateAnswer('anthropic', 'openai-chat', [], ctx)), 'provider_protocol_error', 'not an object')
   t.equal(code(() => translateAnswer('anthropic', 'openai-chat', { type: 'message', content: [] }, ctx)), 'provider_protocol_error', 'no stop_reason')
-  t.equal(code(() => translateAnswer('anthropic', 'openai-chat', { ...TEXT_ANSWERS.anthropic, content: [{ type: 'mystery' }] }, ctx)), 'provider_protocol_error', 'unknown block')
-  t.equal(code(() => translateAnswer('anthropic', 'openai-chat', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }, ctx)), 'provider_error', 'an error body')
+  // a block of a type this gateway does not know is left out, as the stream decoder leaves it out
+  const unknown = translateAnswer('anthropic', 'openai-chat', { ...TEXT_ANSWERS.anthropic, content: [{ type: 'mystery' }, { type: 'text', text: 'kept' }] }, ctx)
+  t.same(unknown.choices[0].message.content, 'kept', 'unknown block left out')
+  // an error body gets the catalogue code of the provider's error type (providerErrorCode, as in a stream)
+  t.equal(code(() => translateAnswer('anthropic', 'openai-chat', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }, ctx)), 'provider_unavailable', 'an overloaded error body')
+  t.equal(code(() => translateAnswer('anthropic', 'openai-chat', { type: 'error', error: { type: 'invalid_request_error', message: 'bad' } }, ctx)), 'provider_error', 'an error body')
   t.equal(code(() => translateAnswer('openai-chat', 'anthropic', { choices: [{ message: { content: 'x' }, finish_reason: null }] }, ctx)), 'provider_protocol_error', 'no finish_reason')
   t.equal(code(() => translateAnswer('openai-responses', 'anthropic', { ...TEXT_ANSWERS['openai-responses'], status: 'in_progress' }, ctx)), 'provider_protocol_error', 'not complete')
   t.equal(code(() => translateAnswer('openai-responses', 'anthropic', { ...TEXT_ANSWERS['openai-responses'], status: 'failed', error: { code: 'server_error', message: 'boom' } }, ctx)), 'provider_error', 'failed')

@@ -4,10 +4,9 @@
 // incomplete call refused (never reported as a completed call).
 import t from 'tap'
 import type { Protocol } from '../../../src/translate/canonical.ts'
-import { translateAnswer } from '../../../src/translate/answer.ts'
 import { translateRequest } from '../../../src/translate/request/index.ts'
 import { summarise } from '../../../src/translate/summary.ts'
-import { CLIENT_FILE, LIMITS, capture, summaryFor, wireOf, type Json } from './answer-helpers.ts'
+import { CLIENT_FILE, LIMITS, capture, summaryFor, wireOf, type Json, translateAnswer } from './answer-helpers.ts'
 
 const APPLY_PATCH = 'codex-tool-applypatch-01-POST-v1_responses.json'
 const NAMESPACE = 'codex-tool-namespace-01-POST-v1_responses.json'
