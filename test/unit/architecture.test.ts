@@ -1,8 +1,9 @@
 // ARCHITECTURE.md stays true to the tree: every file table names only files that exist, and
 // lists every source file of the folder it describes.
 //
-// A file table is a Markdown table under a heading that names one folder in backticks, e.g.
-// "## The ledger (`src/ledger/`)"; its first column holds file names in backticks, relative
+// A file table is a Markdown table whose header's first cell names a folder in backticks
+// ("| file (`src/state/`) | what |"), or that stands under a heading naming one
+// ("## The ledger (`src/ledger/`)"); its first column holds file names in backticks, relative
 // to that folder (several per cell allowed: `a.ts`, `b.ts`). Every `.ts` file directly in the
 // folder must appear in the table.
 
@@ -30,12 +31,14 @@ export function fileTables (text: string): FileTable[] {
       continue
     }
     if (!line.startsWith('|')) { current = null; continue }
-    if (folder === null) continue
     const first = line.split('|')[1] ?? ''
     if (/^\s*:?-+/.test(first)) continue // the separator row
     if (current === null) {
-      // The header row starts the table.
-      current = { folder, heading, files: [] }
+      // The header row starts the table; its first cell may name the folder itself.
+      const own = /`([\w./-]+\/)`/.exec(first)
+      const f = own ? own[1] : folder
+      if (f === null) continue
+      current = { folder: f, heading, files: [] }
       tables.push(current)
       continue
     }
@@ -71,6 +74,13 @@ t.test('the parser finds files and folders, and misses nothing it should flag', 
     '',
     '## Prose without a folder',
     '| `ignored.ts` | no folder |',
+    '',
+    '| file (`src/y/`) | what |',
+    '|---|---|',
+    '| `d.ts` | its own folder |',
   ].join('\n')
-  t.same(fileTables(sample), [{ folder: 'src/x/', heading: 'Things (`src/x/`)', files: ['a.ts', 'b.ts', 'c.ts'] }])
+  t.same(fileTables(sample), [
+    { folder: 'src/x/', heading: 'Things (`src/x/`)', files: ['a.ts', 'b.ts', 'c.ts'] },
+    { folder: 'src/y/', heading: 'Prose without a folder', files: ['d.ts'] },
+  ])
 })
