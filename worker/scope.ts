@@ -65,8 +65,6 @@ export class ExchangeScope {
     this.exchange = true
   }
 
-  get holdsExchange (): boolean { return this.exchange }
-
   /** Reserves bytes against the aggregate budget (throws a SluiceError when refused). */
   reserve (n: number): void {
     this.assertOpen('reserve')
@@ -159,9 +157,6 @@ export class ExchangeScope {
     if (!this.pending.delete(party)) throw new Error(`exchange scope: '${party}' settled twice or is not a party`)
     if (this.pending.size === 0) this.releaseAll()
   }
-
-  /** Whether `party` is still to settle. */
-  pendingParty (party: Party): boolean { return this.pending.has(party) }
 
   /**
    * Ends a scope whose exchange never started (refused before hand-off): the turn goes back,
