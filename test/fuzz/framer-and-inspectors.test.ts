@@ -13,6 +13,7 @@ import { inspectorFor, StreamTracker, type Protocol, type StreamVerdict } from '
 import { SseFramer } from '../../src/sse/framer.ts'
 import { buildFailureRecord, signRecord, verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { fuzzParams } from './runs.ts'
+import { findSluice } from './tails.ts'
 import { chunksOf, refFrames, splits, streamCase, type RefEvent, type StreamCase } from './sse-model.ts'
 
 const PROTOCOLS: Protocol[] = ['openai-chat', 'openai-responses', 'anthropic']
@@ -176,16 +177,3 @@ t.test('a failure tail is one whole frame its own protocol reads as an error, ca
   }
   t.pass('no counterexample')
 })
-
-/** The `{ record, signature }` object anywhere in a tail's JSON. */
-export function findSluice (v: unknown): { record: FailureRecord; signature: string } | null {
-  if (v === null || typeof v !== 'object') return null
-  const o = v as Record<string, unknown>
-  const s = o.sluice as { record?: FailureRecord; signature?: string } | undefined
-  if (s && typeof s === 'object' && s.record && typeof s.signature === 'string') return { record: s.record, signature: s.signature }
-  for (const k of Object.keys(o)) {
-    const r = findSluice(o[k])
-    if (r) return r
-  }
-  return null
-}
