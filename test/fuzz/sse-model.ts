@@ -216,10 +216,12 @@ export function splits (n: number): fc.Arbitrary<number[]> {
     for (const c of [...at, n]) { out.push(c - prev); prev = c }
     return out.filter((x) => x > 0)
   }
+  const every: number[] = n === 0 ? [] : n <= 4096 ? new Array<number>(n).fill(1) : [n]
+  const whole: number[] = n === 0 ? [] : [n]
   return fc.oneof(
-    fc.constant(n === 0 ? [] : n <= 4096 ? new Array<number>(n).fill(1) : [n]),
+    fc.constant(every),
     fc.array(fc.nat({ max: Math.max(0, n) }), { maxLength: 12 }).map(toLengths),
-    fc.constant(n === 0 ? [] : [n]),
+    fc.constant(whole),
   )
 }
 
