@@ -184,7 +184,9 @@ function expected (c: Case, bytes: Buffer, text: string): { want: string | null;
 /** Refusals sent before the body is read (the connection is closed after them). */
 const BEFORE_BODY = ['invalid_request', 'unauthorized', 'payload_too_large']
 
-const client = new Agent({ connections: 4 })
+// Idle connections are closed by this client long before the gateway's keep-alive timeout (30 s,
+// advertised): a long run must not race a server-side close with a new request on the socket.
+const client = new Agent({ connections: 4, keepAliveTimeout: 1000, keepAliveMaxTimeout: 1000 })
 let rig: Rig
 
 t.before(async () => {
@@ -237,6 +239,8 @@ function checkBlockingSuccess (c: Case, o: HttpOutcome, what: string): void {
   }
 }
 
+let previous = ''
+
 t.test('request bodies on every route: a well-formed success or the catalogued refusal; ledger idle', async (t) => {
   const seen = new Map<string, number>()
   await fc.assert(fc.asyncProperty(fuzzCase, async (c) => {
@@ -244,12 +248,12 @@ t.test('request bodies on every route: a well-formed success or the catalogued r
     const { want, never } = expected(c, bytes, text)
     if (o === null) {
       const w = `${c.target.kind} ${c.target.route} ${c.shape} ${c.encoding} ct=${c.contentType} auth=${c.auth} ${c.chunked ? 'chunked' : 'length'} ${bytes.length}B`
-      if (!c.chunked || want === null || !BEFORE_BODY.includes(want)) throw new Error(`${w}: the request failed (${error?.message}) where no refusal before the body was due`)
+      if (!c.chunked || want === null || !BEFORE_BODY.includes(want)) throw new Error(`${w}: the request failed (${error?.message}) where no refusal before the body was due; the case before: ${previous}; gateway log tail: ${rig.gw.logs.slice(-3).join(' | ').slice(0, 1500)}`)
       seen.set('closed-before-body', (seen.get('closed-before-body') ?? 0) + 1)
       await checkGatewayAfterCase(rig.gw, w)
       return
     }
-    const what = `${c.target.kind} ${c.target.route} ${c.shape}(${c.amount}) ${c.damage} ${c.encoding} ct=${c.contentType} auth=${c.auth} ${c.chunked ? 'chunked' : 'length'} ${bytes.length}B -> ${o.status} ${o.body.subarray(0, 300).toString()}`
+    const what = previous = `${c.target.kind} ${c.target.route} ${c.shape}(${c.amount}) ${c.damage} ${c.encoding} ct=${c.contentType} auth=${c.auth} ${c.chunked ? 'chunked' : 'length'} ${bytes.length}B -> ${o.status} ${o.body.subarray(0, 300).toString()}`
     let code: string
     if (c.target.kind === 'rpc') {
       code = checkRpc(o, what)
