@@ -36,7 +36,7 @@ function runFramer (bytes: Buffer, lengths: number[], max: number): FramerRun {
   let offset = 0
   const framer = new SseFramer({
     onFrame: (frame, at) => { events.push({ kind: 'frame', bytes: Buffer.from(frame), start: offset + at }) },
-    onOversize: () => { events.push({ kind: 'oversize', start: -1 }) },
+    onOversize: (_bytes, at) => { events.push({ kind: 'oversize', start: offset + at }) },
   }, { maxFrameBytes: max })
   for (const chunk of chunksOf(bytes, lengths)) {
     // A fresh copy per chunk: a view the framer kept into an earlier chunk would show here.
@@ -68,9 +68,9 @@ t.test('the framer reads any bytes, split anywhere, exactly as the reference doe
     const want = comparable(ref.events)
     const have = comparable(got.events)
     if (JSON.stringify(want) !== JSON.stringify(have)) throw new Error(`frames differ:\nwant ${JSON.stringify(want)}\nhave ${JSON.stringify(have)}`)
-    // Where each frame began: `at` is relative to the chunk being pushed.
-    const refStarts = ref.events.filter((e) => e.kind === 'frame').map((e) => e.start)
-    const starts = got.events.filter((e) => e.kind === 'frame').map((e) => e.start)
+    // Where each frame (oversize ones too) began: `at` is relative to the chunk being pushed.
+    const refStarts = ref.events.map((e) => e.start)
+    const starts = got.events.map((e) => e.start)
     if (JSON.stringify(refStarts) !== JSON.stringify(starts)) throw new Error(`frame starts differ: want ${refStarts} have ${starts}`)
     const wantTrail = ref.trailing?.toString('latin1') ?? null
     const haveTrail = got.trailing?.toString('latin1') ?? null
