@@ -26,7 +26,7 @@ import { Agent, request } from 'undici'
 import type { Protocol } from '../../src/protocols/index.ts'
 import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { checkGatewayAfterCase, checkRefusal, checkTailRecord, errorLogs, workerRestarts, type HttpOutcome } from './outcomes.ts'
-import { fuzzParams } from './runs.ts'
+import { fuzzParams, numRuns } from './runs.ts'
 import { chunksOf, refFrames, splits, streamCase, TERMINAL_FRAME, type StreamCase } from './sse-model.ts'
 import { splitTail } from './tails.ts'
 
@@ -269,8 +269,10 @@ function verdictOf (pair: Pair, o: HttpOutcome): string {
 }
 
 t.test('provider streams: how the provider\'s bytes were split does not change what the client is told', async (t) => {
+  let ran = 0
   for (const pair of PAIRS) {
     await fc.assert(fc.asyncProperty(streamCase(pair.provider, { maxFrame: MAX_FRAME }), async (c) => {
+      ran++
       const split = await exchange(pair, true, streamAnswer(c, 'end'))
       await checkGatewayAfterCase(rig.gw, 'split')
       const whole = await exchange(pair, true, streamAnswer({ ...c, chunks: c.bytes.length === 0 ? [] : [c.bytes.length] }, 'end'))
@@ -280,4 +282,5 @@ t.test('provider streams: how the provider\'s bytes were split does not change w
       if (a !== b) throw new Error(`${pair.route}<-${pair.provider} ${c.mutation} [${c.pieces.join(',')}] chunks ${JSON.stringify(c.chunks.length > 20 ? `${c.chunks.length} chunks` : c.chunks)}: split: ${a}; whole: ${b}`)
     }), fuzzParams(40, { shrink: false }))
   }
+  t.equal(ran, numRuns(40) * PAIRS.length, 'every case ran, each told the same both ways')
 })
