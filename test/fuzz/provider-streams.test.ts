@@ -29,6 +29,7 @@ import { checkGatewayAfterCase, checkRefusal, checkTailRecord, errorLogs, worker
 import { fuzzParams, numRuns } from './runs.ts'
 import { chunksOf, refFrames, splits, streamCase, TERMINAL_FRAME, type StreamCase } from './sse-model.ts'
 import { splitTail } from './tails.ts'
+import { dataOf, dropConnections, endsExchange, openEvents, type SseEvent } from '../helpers/sse.ts'
 
 type ClientRoute = 'chat' | 'responses' | 'messages'
 
@@ -109,6 +110,7 @@ t.before(async () => {
 })
 t.teardown(async () => {
   await client.close()
+  await dropConnections() // the events streams' keep-alive connections (global dispatcher)
   await rig.close()
   upstream.close()
 })
@@ -283,4 +285,62 @@ t.test('provider streams: how the provider\'s bytes were split does not change w
     }), fuzzParams(40, { shrink: false }))
   }
   t.equal(ran, numRuns(40) * PAIRS.length, 'every case ran, each told the same both ways')
+})
+
+let sessions = 0
+
+/** One non-blocking exchange: submit, then read the session's events to its end. */
+async function nonBlocking (pair: Pair, answer: Answer): Promise<{ accepted: HttpOutcome; end: SseEvent | null }> {
+  const tag = `fz-${++seq}`
+  cases.set(tag, answer)
+  const sessionId = `fz-nb-${process.pid}-${++sessions}`
+  try {
+    const res = await request(`${rig.url}/v1/sessions/${sessionId}/exchanges`, {
+      method: 'POST',
+      dispatcher: client,
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-test-tag': tag },
+      body: JSON.stringify({ route: pair.route, body: requestBody(pair.route, MODEL[pair.provider], true) }),
+    })
+    const accepted = { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) }
+    if (accepted.status !== 202) return { accepted, end: null }
+    const { exchangeId, lastEventId } = JSON.parse(accepted.body.toString()) as { exchangeId: string; lastEventId: number }
+    const events = await openEvents(rig.url, sessionId, { key: KEY, lastEventId })
+    try {
+      const seen = await events.until(endsExchange(exchangeId))
+      return { accepted, end: seen[seen.length - 1] }
+    } finally {
+      events.close()
+    }
+  } finally {
+    cases.delete(tag)
+  }
+}
+
+t.test('non-blocking mode: fuzzed provider streams end in turn_complete or a catalogued turn_error; ledger idle', async (t) => {
+  let ran = 0
+  let completed = 0
+  for (const pair of PAIRS) {
+    await fc.assert(fc.asyncProperty(streamCase(pair.provider, { maxFrame: MAX_FRAME }), ending, async (c, end) => {
+      ran++
+      const what = `events ${pair.route}<-${pair.provider} ${c.mutation} [${c.pieces.join(',')}] ${end}`
+      const { accepted, end: last } = await nonBlocking(pair, streamAnswer(c, end))
+      if (last === null) {
+        checkRefusal(accepted, what)
+      } else {
+        const d = dataOf(last)
+        if (last.event === 'turn_error') {
+          checkRefusal({ status: Number(d.status), headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(d)) }, `${what} turn_error`)
+          if (c.mutation === 'none' && end === 'end') throw new Error(`${what}: a well-formed stream ended in turn_error ${String(d.code)}`)
+        } else if (d.status !== 200) {
+          throw new Error(`${what}: turn_complete with status ${String(d.status)}`)
+        } else {
+          completed++
+        }
+      }
+      await checkGatewayAfterCase(rig.gw, what)
+    }), fuzzParams(20, { shrink: false }))
+  }
+  t.equal(ran, numRuns(20) * PAIRS.length, 'every case ran')
+  t.ok(completed > 0, `some streams completed (${completed} of ${ran})`)
+  t.equal(await workerRestarts(rig.gw), 0, 'no worker restarted')
 })
