@@ -25,6 +25,7 @@ import { KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { refFrames } from './sse-model.ts'
 import { checkGatewayAfterCase, checkRefusal, checkRpc, checkTailRecord, errorLogs, workerRestarts, type HttpOutcome } from './outcomes.ts'
 import { splitTail } from './tails.ts'
+import { dataOf, dropConnections, endsExchange, openEvents } from '../helpers/sse.ts'
 import { SIGNING_KEY } from '../helpers/exchange.ts'
 import { fuzzParams } from './runs.ts'
 import { splits, chunksOf } from './sse-model.ts'
@@ -194,6 +195,7 @@ t.before(async () => {
 })
 t.teardown(async () => {
   await client.close()
+  await dropConnections() // the events streams' keep-alive connections (global dispatcher)
   await rig.close()
 })
 
@@ -259,9 +261,23 @@ t.test('request bodies on every route: a well-formed success or the catalogued r
       code = checkRpc(o, what)
     } else if (c.target.kind === 'envelope') {
       if (o.status === 202) {
-        const j = JSON.parse(o.body.toString()) as { exchangeId?: unknown }
-        if (typeof j.exchangeId !== 'string') throw new Error(`${what}: 202 without an exchangeId`)
-        code = 'ok'
+        const j = JSON.parse(o.body.toString()) as { exchangeId?: unknown; sessionId?: unknown; lastEventId?: unknown }
+        if (typeof j.exchangeId !== 'string' || typeof j.sessionId !== 'string' || typeof j.lastEventId !== 'number') throw new Error(`${what}: 202 without exchangeId, sessionId, lastEventId`)
+        // The accepted exchange runs in the background: its end is a session event.
+        const events = await openEvents(rig.url, j.sessionId, { key: KEY, lastEventId: j.lastEventId })
+        let last
+        try {
+          last = (await events.until(endsExchange(j.exchangeId))).at(-1)!
+        } finally {
+          events.close()
+        }
+        const d = dataOf(last)
+        if (last.event === 'turn_error') {
+          code = checkRefusal({ status: Number(d.status), headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(d)) }, `${what} turn_error`)
+        } else {
+          if (d.status !== 200) throw new Error(`${what}: turn_complete with status ${String(d.status)}`)
+          code = 'ok'
+        }
       } else {
         code = checkRefusal(o, what)
       }
