@@ -25,7 +25,7 @@ import { VERSION } from '../src/version.ts'
 import { runExchange, runIdentity, type Route } from './exchange.ts'
 import { Holdings } from './holdings.ts'
 import { logRefused, readEnvelope, type SessionDeps } from './session-routes.ts'
-import { sendJson } from './reply.ts'
+import { closeIfUnread, sendJson } from './reply.ts'
 import { checkSessionId, type LaneTicket } from './sessions.ts'
 import { CollectingSink, sinkResult } from './sink.ts'
 import type { TurnTicket } from './turns.ts'
@@ -81,7 +81,9 @@ async function handleRpc (deps: SessionDeps, req: IncomingMessage, res: ServerRe
   const answer = (value: Record<string, unknown>, err?: SluiceError): void => {
     if (res.headersSent || res.destroyed) return
     if (err) deps.ledger.countRefusal(err.code)
-    sendJson(res, 200, value, err ? err.headers() : {})
+    // A call refused before its body was read to the end (too large, a hang-up) leaves the
+    // rest in the socket: close the connection after the answer, as every HTTP refusal does.
+    sendJson(res, 200, value, err ? { ...err.headers(), ...closeIfUnread(req) } : {})
   }
   try {
     const key = deps.auth.authenticate(req.headers)
