@@ -161,7 +161,7 @@ function encoded (text: string, e: Encoding): Buffer {
 function expected (c: Case, bytes: Buffer, text: string): { want: string[] | null; never: string | null } {
   const out = (want: string | string[] | null, never: string | null = null) => ({ want: typeof want === 'string' ? [want] : want, never })
   if (c.contentType !== null && MALFORMED_TYPES.includes(c.contentType)) return out('invalid_request')
-  if (c.auth !== 'good') return out(c.target.kind === 'rpc' ? null : 'unauthorized')
+  if (c.auth !== 'good') return out('unauthorized')
   if (bytes.length > LIMITS.maxBodyBytes) return out('payload_too_large')
   const utf8 = c.encoding === 'utf8' || c.encoding === 'utf8-bom'
   const counted = c.shape === 'deep' || c.shape === 'nodes'
