@@ -94,8 +94,9 @@ async function replay (req: IncomingMessage, res: ServerResponse): Promise<void>
 
 let rig: Rig
 let upstream: Server
-// Idle connections are closed by this client long before the gateway's keep-alive timeout (30 s,
-// advertised): a long run must not race a server-side close with a new request on the socket.
+// Idle connections are closed by this client well before the gateway's keep-alive timeout
+// (30 s, advertised; undici would keep them ~28 s): in a long run, a request must not race the
+// server closing its idle socket (a reset that would say nothing about the gateway).
 const client = new Agent({ connections: 4, keepAliveTimeout: 1000, keepAliveMaxTimeout: 1000 })
 
 t.before(async () => {

@@ -21,14 +21,12 @@ import t from 'tap'
 import fc from 'fast-check'
 import { Readable } from 'node:stream'
 import { request, Agent } from 'undici'
-import { KEY, startRig, type Rig } from '../helpers/exchange.ts'
-import { refFrames } from './sse-model.ts'
-import { checkGatewayAfterCase, checkRefusal, checkRpc, checkTailRecord, errorLogs, workerRestarts, type HttpOutcome } from './outcomes.ts'
-import { splitTail } from './tails.ts'
+import { KEY, SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { dataOf, dropConnections, endsExchange, openEvents } from '../helpers/sse.ts'
-import { SIGNING_KEY } from '../helpers/exchange.ts'
+import { checkGatewayAfterCase, checkRefusal, checkRpc, checkTailRecord, errorLogs, workerRestarts, type HttpOutcome } from './outcomes.ts'
 import { fuzzParams } from './runs.ts'
-import { splits, chunksOf } from './sse-model.ts'
+import { chunksOf, refFrames, splits } from './sse-model.ts'
+import { splitTail } from './tails.ts'
 
 const LIMITS = { maxBodyBytes: 8192, maxJsonDepth: 16, maxJsonNodes: 300 }
 
@@ -187,8 +185,9 @@ function expected (c: Case, bytes: Buffer, text: string): { want: string[] | nul
 /** Refusals sent before the body is read (the connection is closed after them). */
 const BEFORE_BODY = ['invalid_request', 'unauthorized', 'payload_too_large']
 
-// Idle connections are closed by this client long before the gateway's keep-alive timeout (30 s,
-// advertised): a long run must not race a server-side close with a new request on the socket.
+// Idle connections are closed by this client well before the gateway's keep-alive timeout
+// (30 s, advertised; undici would keep them ~28 s): in a long run, a request must not race the
+// server closing its idle socket (a reset that would say nothing about the gateway).
 const client = new Agent({ connections: 4, keepAliveTimeout: 1000, keepAliveMaxTimeout: 1000 })
 let rig: Rig
 
