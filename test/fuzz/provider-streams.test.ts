@@ -137,8 +137,10 @@ async function exchange (pair: Pair, stream: boolean, answer: Answer): Promise<H
 function checkStream (pair: Pair, c: StreamCase, ending: Answer['ending'], o: HttpOutcome): void {
   const what = `${pair.route}<-${pair.provider} ${c.mutation} [${c.pieces.join(',')}] ${ending}; the client got ...${JSON.stringify(o.body.subarray(-400).toString('latin1'))}`
   if (o.status !== 200) {
-    // Nothing had been sent: only a refusal before the first byte is possible.
+    // Nothing had been sent: only a refusal before the first byte is possible, and never
+    // for a well-formed stream (a listed pair must work: protocol_mismatch fails here).
     checkRefusal(o, what)
+    if (c.mutation === 'none' && ending === 'end') throw new Error(`${what}: a well-formed stream was refused`)
     return
   }
   const client = ROUTE_PROTOCOL[pair.route]
