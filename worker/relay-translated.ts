@@ -98,10 +98,12 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
   let bytesOut = 0
   let framesIn = 0
   let failure: SluiceError | null = null
+  // One write per upstream chunk, not per frame: the socket write is the relay's main cost.
   const write = (out: Buffer[]): boolean => {
-    let ok = true
-    for (const b of out) { bytesOut += b.length; ok = res.write(b) && ok }
-    return ok
+    if (out.length === 0) return true
+    const b = out.length === 1 ? out[0] : Buffer.concat(out)
+    bytesOut += b.length
+    return res.write(b)
   }
   try {
     try {

@@ -60,12 +60,15 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const { deps, rec, up, res, scope, signal } = ctx
   const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
   const tracker = new StreamTracker(inspector)
-  // Frames found in the chunk being pushed: views into it, processed right after push().
-  const frames: Buffer[] = []
+  // What the chunk being pushed completed, in stream order, processed right after push():
+  // frames (views into it) and oversize frames (null, with their size), each with where it
+  // begins. An oversize frame is judged in its place, after the frames before it.
+  const frames: Array<Buffer | null> = []
   const starts: number[] = []
+  const oversizeBytes: number[] = []
   const framer = new SseFramer({
-    onFrame: (frame, at) => { frames.push(frame); starts.push(at) },
-    onOversize: (bytes) => { tracker.oversize(bytes) },
+    onFrame: (frame, at) => { frames.push(frame); starts.push(at); oversizeBytes.push(0) },
+    onOversize: (bytes, at) => { frames.push(null); starts.push(at); oversizeBytes.push(bytes) },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
 
   res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': String(rec.exchangeId) })
@@ -103,7 +106,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       const chunk = data as Buffer
       frames.length = 0
       starts.length = 0
-      const oversizeBefore = framer.oversizeFrames
+      oversizeBytes.length = 0
       framer.push(chunk)
       const before = pendingBytes
       // In pending + chunk coordinates: everything up to the partial frame may go out.
@@ -118,8 +121,14 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       }
       for (let i = 0; i < frames.length && cut > 0; i++) {
         const wasFailed = failureOf(tracker) !== null
-        if (tracker.frame(frames[i], inspector.classify(frames[i]))) {
-          const frame = frames[i]
+        const frame = frames[i]
+        if (frame === null) {
+          // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
+          tracker.oversize(oversizeBytes[i])
+          if (!wasFailed) cut = Math.max(0, before + starts[i])
+          break
+        }
+        if (tracker.frame(frame, inspector.classify(frame))) {
           await scope.underParse(signal, () => {
             try {
               tracker.apply(inspector.inspect(frame))
@@ -133,19 +142,18 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
           // Keep a bad frame from the client: cut where it starts (it may have begun in
           // held-back bytes). The provider's own error event (in-band) goes out whole,
           // unless it quotes a configured provider key: then only the (scrubbed) tail does.
-          if (!now.inBand || deps.router.scrubber.carriesSecret(frames[i])) cut = Math.max(0, before + starts[i])
-          else admitted++
+          // Either way nothing after it does, even when this chunk carries more: cut where
+          // the next frame begins (the rest of the chunk is the held-back partial frame).
+          if (!now.inBand || deps.router.scrubber.carriesSecret(frame)) cut = Math.max(0, before + starts[i])
+          else {
+            admitted++
+            if (i + 1 < frames.length) cut = before + starts[i + 1]
+          }
           break
         }
         if (now === null) admitted++
       }
       const failed = failureOf(tracker)
-      if (framer.oversizeFrames > oversizeBefore && failed !== null && !failed.inBand) {
-        // The oversize frame began in held-back bytes; what this chunk completed before it is
-        // not told apart from it: nothing more goes out.
-        cut = 0
-        admitted = 0
-      }
       framesOut += admitted
       // The caller is about to see the stream's terminal event: its session may go on now.
       if (tracker.closed && failed === null) scope.releaseLane()

@@ -12,10 +12,12 @@
 //                        pushed, negative when the frame began in an earlier chunk. A relay
 //                        that pushes a chunk before writing it may use it to stop a malformed
 //                        frame from reaching the client (write chunk[0, at), then the tail).
-//   onOversize(bytes)    a frame grew past `maxFrameBytes`. Reported once per frame, with the
-//                        frame's byte count when it was detected. Its bytes are not kept; the
-//                        framer skips to the blank line that ends it and resynchronises: the
-//                        next frame is reported normally.
+//   onOversize(bytes, at) a frame grew past `maxFrameBytes`. Reported once per frame, with the
+//                        frame's byte count when it was detected, in order with the frames
+//                        around it (a frame completed earlier in the same chunk is reported
+//                        first). `at` is where it began, as for onFrame. Its bytes are not
+//                        kept; the framer skips to the blank line that ends it and
+//                        resynchronises: the next frame is reported normally.
 //   end()                returns the bytes of a trailing unterminated frame (a stream cut
 //                        mid-frame), or null when the stream ended on a frame boundary.
 //
@@ -50,8 +52,11 @@ export interface FramerHandler {
    * the chunk being pushed (negative: that many bytes of it came in earlier chunks).
    */
   onFrame(frame: Buffer, at: number): void
-  /** A frame passed the cap; `bytes` is its size when that was detected. Once per frame. */
-  onOversize?(bytes: number): void
+  /**
+   * A frame passed the cap; `bytes` is its size when that was detected. Once per frame. `at`:
+   * where it begins in the chunk being pushed (negative: it began in an earlier chunk).
+   */
+  onOversize?(bytes: number, at: number): void
 }
 
 export interface SseFramerOptions {
@@ -231,10 +236,11 @@ export class SseFramer {
     }
     const size = this.#held + (j - start) + 1
     if (size > this.maxFrameBytes) {
+      const at = start - this.#held
       this.#oversize++
       this.#discardedBytes += size
       this.#reset()
-      this.#report(null, size, 0)
+      this.#report(null, size, at)
       return
     }
     let frame: Buffer
@@ -260,12 +266,13 @@ export class SseFramer {
     }
     const size = this.#held + rest
     if (size > this.maxFrameBytes) {
+      const at = start - this.#held
       this.#oversize++
       this.#discardedBytes += size
       this.#buf = null
       this.#held = size
       this.#discarding = true
-      this.#report(null, size, 0)
+      this.#report(null, size, at)
       return
     }
     this.#append(buf, start, rest)
@@ -274,7 +281,7 @@ export class SseFramer {
   #report (frame: Buffer | null, oversize: number, at: number): void {
     try {
       if (frame !== null) this.#handler.onFrame(frame, at)
-      else this.#handler.onOversize?.(oversize)
+      else this.#handler.onOversize?.(oversize, at)
     } catch (error) {
       this.#failed = { error }
       throw error
