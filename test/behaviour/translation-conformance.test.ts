@@ -1,0 +1,227 @@
+// Protocol translation through the real gateway: every pair (client route x provider protocol),
+// streaming and not, validated by the official SDKs pointed at sluice (openai
+// chat.completions.stream() / responses.stream() and their non-stream calls, @anthropic-ai/sdk
+// messages.stream() / messages.create()), and by what reached the simulated provider
+// (rig.bodies). After every case the ledger and every translation gauge are back at idle.
+
+import t from 'tap'
+import { startRig, type Rig } from '../helpers/exchange.ts'
+import { waitIdle } from '../helpers/gateway.ts'
+import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, viaSdk, type Answer, type Obj, type Pair, type Route } from './translation-helpers.ts'
+
+let rig: Rig
+t.before(async () => { rig = await startRig({ strict: true }) })
+t.teardown(() => rig?.close())
+
+async function idle (t: { same: (a: unknown, b: unknown, m: string) => unknown }): Promise<void> {
+  t.same(await waitIdle(rig.gw), {}, 'ledger and translation gauges idle')
+}
+
+const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=='
+const IMG_URL = 'https://example.com/cat.png'
+
+/** System text, a two-turn history and both image sources, in the client's shape. */
+function richBody (pair: Pair, directive: string): Obj {
+  const text = `describe these\n${directive}`
+  if (pair.route === 'chat') {
+    return {
+      model: pair.model,
+      messages: [
+        { role: 'system', content: 'SYS-RULES' },
+        { role: 'user', content: 'turn one' },
+        { role: 'assistant', content: 'answer one' },
+        { role: 'user', content: [{ type: 'text', text }, { type: 'image_url', image_url: { url: `data:image/png;base64,${PNG}` } }, { type: 'image_url', image_url: { url: IMG_URL } }] },
+      ],
+    }
+  }
+  if (pair.route === 'responses') {
+    return {
+      model: pair.model,
+      instructions: 'SYS-RULES',
+      input: [
+        { role: 'user', content: [{ type: 'input_text', text: 'turn one' }] },
+        { role: 'assistant', content: [{ type: 'output_text', text: 'answer one' }] },
+        { role: 'user', content: [{ type: 'input_text', text }, { type: 'input_image', image_url: `data:image/png;base64,${PNG}` }, { type: 'input_image', image_url: IMG_URL }] },
+      ],
+    }
+  }
+  return {
+    model: pair.model,
+    max_tokens: 512,
+    system: 'SYS-RULES',
+    messages: [
+      { role: 'user', content: 'turn one' },
+      { role: 'assistant', content: 'answer one' },
+      { role: 'user', content: [{ type: 'text', text }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: PNG } }, { type: 'image', source: { type: 'url', url: IMG_URL } }] },
+    ],
+  }
+}
+
+/** What the provider got: its system text, the history's texts in order, its image sources. */
+function providerView (pair: Pair, b: Obj): { system: string; texts: string[]; images: string[] } {
+  const texts: string[] = []
+  const images: string[] = []
+  let system = ''
+  const partText = (c: Obj): void => {
+    if (typeof c === 'string') { texts.push(c); return }
+    if (c.type === 'text' || c.type === 'input_text' || c.type === 'output_text') texts.push(c.text)
+    if (c.type === 'image_url') images.push(c.image_url.url)
+    if (c.type === 'input_image') images.push(c.image_url)
+    if (c.type === 'image') images.push(c.source.type === 'base64' ? `data:${c.source.media_type};base64,${c.source.data}` : c.source.url)
+  }
+  if (pair.provider === 'openai-chat') {
+    for (const m of b.messages) {
+      if (m.role === 'system' || m.role === 'developer') { system += typeof m.content === 'string' ? m.content : m.content.map((c: Obj) => c.text).join(''); continue }
+      if (typeof m.content === 'string') texts.push(m.content)
+      else for (const c of m.content ?? []) partText(c)
+    }
+  } else if (pair.provider === 'openai-responses') {
+    system = b.instructions ?? ''
+    for (const i of typeof b.input === 'string' ? [{ content: b.input }] : b.input) {
+      if (i.role === 'system' || i.role === 'developer') { system += typeof i.content === 'string' ? i.content : i.content.map((c: Obj) => c.text).join(''); continue }
+      if (typeof i.content === 'string') texts.push(i.content)
+      else for (const c of i.content ?? []) partText(c)
+    }
+  } else {
+    system = typeof b.system === 'string' ? b.system : (b.system ?? []).map((c: Obj) => c.text).join('')
+    for (const m of b.messages) {
+      if (typeof m.content === 'string') texts.push(m.content)
+      else for (const c of m.content) partText(c)
+    }
+  }
+  return { system, texts, images }
+}
+
+for (const pair of PAIRS) {
+  t.test(pair.name, async (t) => {
+    for (const stream of [false, true]) {
+      const mode = stream ? 'stream' : 'json'
+
+      t.test(`${mode}: text, system, multi-turn history and images (base64 and url)`, async (t) => {
+        const before = rig.bodies.length
+        const a = await viaSdk(rig, pair.route, richBody(pair, '#sim tokens=5'), stream)
+        t.equal(a.text.trim().split(/\s+/).length, 5, 'the five words the provider sent')
+        t.equal(a.stop, pair.route === 'chat' ? 'stop' : pair.route === 'responses' ? 'completed' : 'end_turn', 'the client\'s own stop reason')
+        const bodies = modelBodies(rig, before)
+        t.equal(bodies.length, 1, 'one provider request')
+        t.equal(bodies[0].protocol, pair.provider, 'in the provider\'s protocol')
+        const v = providerView(pair, bodies[0].json as Obj)
+        t.equal(v.system, 'SYS-RULES', 'the system text in the provider\'s field')
+        t.same(v.texts, ['turn one', 'answer one', 'describe these\n#sim tokens=5'], 'the history, in order')
+        t.same(v.images, [`data:image/png;base64,${PNG}`, IMG_URL], 'both images, base64 and url, as sent')
+        await idle(t)
+      })
+
+      t.test(`${mode}: a function call and its result, ids correlated across turns`, async (t) => {
+        const tools = [fnTool(pair.route, 'get_weather')]
+        const body = firstTurn(pair, 'weather?\n#sim call=get_weather', { tools })
+        const before = rig.bodies.length
+        const a = await viaSdk(rig, pair.route, body, stream)
+        t.equal(a.calls.length, 1, 'one call')
+        t.equal(a.calls[0]?.name, 'get_weather')
+        t.type(JSON.parse(a.calls[0]?.args ?? '{}').city, 'string', 'with the schema\'s required property')
+        t.equal(a.stop, pair.route === 'chat' ? 'tool_calls' : pair.route === 'responses' ? 'completed' : 'tool_use', 'a tool stop in the client\'s field')
+        const id = a.calls[0]?.id ?? ''
+        t.ok(id.length > 0, 'a call id')
+        // The second turn, as the client sends it: its history with the call, and the result under the call's id.
+        const second = secondTurn(pair.route, body, a, 'sunny, 21C')
+        const b2 = rig.bodies.length
+        const a2 = await viaSdk(rig, pair.route, second, stream)
+        t.ok(a2.text.length > 0, 'the model answers the result')
+        const sent = lastBody(rig, b2)
+        const ids = callAndResultIds(pair.provider, sent)
+        t.equal(ids.calls.length, 1, 'the provider gets the call in the history')
+        t.same(ids.results, ids.calls, 'and the result under the same id')
+        // The provider's own id comes back: the one it issued on the first turn.
+        const issued = issuedCallId(pair.provider, await direct(rig, modelBodies(rig, before)[0]))
+        t.equal(ids.calls[0], issued, `the id the provider issued goes back (the client saw ${id})`)
+        t.ok(ids.resultText.includes('sunny, 21C'), 'with the result\'s content')
+        await idle(t)
+      })
+    }
+
+    t.test('tool_choice auto/none/required/named and parallel_tool_calls reach the provider mapped', async (t) => {
+      const tools = [fnTool(pair.route, 'get_weather'), fnTool(pair.route, 'get_time')]
+      for (const choice of ['auto', 'none', 'required', 'named'] as const) {
+        for (const parallel of [undefined, false]) {
+          const extra: Obj = { tools, ...clientChoice(pair.route, choice, parallel) }
+          const before = rig.bodies.length
+          const r = await post(rig, ROUTE_PATH[pair.route], firstTurn(pair, 'hi\n#sim tokens=1', extra))
+          t.equal(r.status, 200, `${choice}/${String(parallel)}: 200 (${r.text.slice(0, 200)})`)
+          const sent = lastBody(rig, before)
+          t.same(providerChoice(pair.provider, sent), expectedChoice(pair.provider, choice, parallel), `${choice}, parallel ${String(parallel)}: mapped`)
+        }
+      }
+      await idle(t)
+    })
+  })
+}
+
+function clientChoice (route: Route, choice: 'auto' | 'none' | 'required' | 'named', parallel: boolean | undefined): Obj {
+  if (route === 'messages') {
+    const c: Obj = choice === 'auto' ? { type: 'auto' } : choice === 'none' ? { type: 'none' } : choice === 'required' ? { type: 'any' } : { type: 'tool', name: 'get_time' }
+    if (parallel === false) c.disable_parallel_tool_use = true
+    return { tool_choice: c }
+  }
+  const c = choice === 'named' ? (route === 'chat' ? { type: 'function', function: { name: 'get_time' } } : { type: 'function', name: 'get_time' }) : choice
+  return parallel === undefined ? { tool_choice: c } : { tool_choice: c, parallel_tool_calls: parallel }
+}
+
+function providerChoice (p: string, b: Obj): Obj {
+  if (p === 'anthropic') return { tool_choice: b.tool_choice }
+  return b.parallel_tool_calls === undefined ? { tool_choice: b.tool_choice } : { tool_choice: b.tool_choice, parallel_tool_calls: b.parallel_tool_calls }
+}
+
+function expectedChoice (p: string, choice: 'auto' | 'none' | 'required' | 'named', parallel: boolean | undefined): Obj {
+  if (p === 'anthropic') {
+    const c: Obj = choice === 'auto' ? { type: 'auto' } : choice === 'none' ? { type: 'none' } : choice === 'required' ? { type: 'any' } : { type: 'tool', name: 'get_time' }
+    if (parallel === false && choice !== 'none') c.disable_parallel_tool_use = true
+    return { tool_choice: c }
+  }
+  const c = choice === 'named' ? (p === 'openai-chat' ? { type: 'function', function: { name: 'get_time' } } : { type: 'function', name: 'get_time' }) : choice
+  return parallel === undefined ? { tool_choice: c } : { tool_choice: c, parallel_tool_calls: parallel }
+}
+
+/** The client's second turn: the first request's history, the answer's call(s), a result for each. */
+export function secondTurn (route: Route, first: Obj, a: Answer, result: string): Obj {
+  if (route === 'chat') {
+    const m = a.raw.choices[0].message
+    return { ...first, messages: [...first.messages, { role: 'assistant', content: m.content ?? null, tool_calls: m.tool_calls }, ...a.calls.map(c => ({ role: 'tool', tool_call_id: c.id, content: result }))] }
+  }
+  if (route === 'responses') {
+    return { ...first, input: [...first.input, ...a.raw.output, ...a.calls.map(c => ({ type: c.type === 'custom_tool_call' ? 'custom_tool_call_output' : 'function_call_output', call_id: c.id, output: result }))] }
+  }
+  return { ...first, messages: [...first.messages, { role: 'assistant', content: a.raw.content }, { role: 'user', content: a.calls.map(c => ({ type: 'tool_result', tool_use_id: c.id, content: result })) }] }
+}
+
+function callAndResultIds (p: string, b: Obj): { calls: string[]; results: string[]; resultText: string } {
+  const calls: string[] = []
+  const results: string[] = []
+  let resultText = ''
+  if (p === 'openai-chat') {
+    for (const m of b.messages) {
+      if (m.role === 'assistant') for (const c of m.tool_calls ?? []) calls.push(c.id)
+      if (m.role === 'tool') { results.push(m.tool_call_id); resultText += JSON.stringify(m.content) }
+    }
+  } else if (p === 'openai-responses') {
+    for (const i of b.input) {
+      if (/_call$/.test(i.type)) calls.push(i.call_id)
+      if (/_call_output$/.test(i.type)) { results.push(i.call_id); resultText += JSON.stringify(i.output) }
+    }
+  } else {
+    for (const m of b.messages) {
+      if (!Array.isArray(m.content)) continue
+      for (const c of m.content) {
+        if (c.type === 'tool_use') calls.push(c.id)
+        if (c.type === 'tool_result') { results.push(c.tool_use_id); resultText += JSON.stringify(c.content) }
+      }
+    }
+  }
+  return { calls, results, resultText }
+}
+
+/** The call id in the provider's own answer (the sim answers the same bytes the same way). */
+function issuedCallId (p: string, answer: string): string {
+  const m = p === 'openai-chat' ? /"id":"(call_[^"]+)"/.exec(answer) : p === 'openai-responses' ? /"call_id":"([^"]+)"/.exec(answer) : /"id":"(toolu_[^"]+)"/.exec(answer)
+  return m?.[1] ?? '(none)'
+}
