@@ -5,9 +5,11 @@
 // (rig.bodies). After every case the ledger and every translation gauge are back at idle.
 
 import t from 'tap'
-import { startRig, type Rig } from '../helpers/exchange.ts'
+import { SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
+import { isErrorCode } from '../../src/errors.ts'
+import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { waitIdle } from '../helpers/gateway.ts'
-import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, viaSdk, type Answer, type Obj, type Pair, type Route } from './translation-helpers.ts'
+import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, sseEvents, viaSdk, type Answer, type Obj, type Pair, type Raw, type Route } from './translation-helpers.ts'
 
 let rig: Rig
 t.before(async () => { rig = await startRig({ strict: true }) })
@@ -224,4 +226,68 @@ function callAndResultIds (p: string, b: Obj): { calls: string[]; results: strin
 function issuedCallId (p: string, answer: string): string {
   const m = p === 'openai-chat' ? /"id":"(call_[^"]+)"/.exec(answer) : p === 'openai-responses' ? /"call_id":"([^"]+)"/.exec(answer) : /"id":"(toolu_[^"]+)"/.exec(answer)
   return m?.[1] ?? '(none)'
+}
+
+/** The signed failure a client got: from a stream's failure event, or a JSON refusal. */
+function failureOf (r: Raw): { code: string; record: FailureRecord; signature: string; clientCode: unknown; event: Obj } | null {
+  if (r.json !== null) return r.json.record !== undefined ? { code: r.json.code, record: r.json.record, signature: r.json.signature, clientCode: r.json.code, event: r.json } : null
+  for (const e of sseEvents(r.text).reverse()) {
+    const d = e.data
+    if (typeof d !== 'object' || d === null) continue
+    const s = d.error?.sluice ?? d.response?.error?.sluice ?? d.sluice
+    if (s !== undefined) return { code: s.record.code, record: s.record, signature: s.signature, clientCode: d.response?.error?.code ?? d.error?.code ?? d.error?.type ?? d.code, event: d }
+  }
+  return null
+}
+
+/** The SDK's view: what it resolved with, or the error it threw. */
+async function sdkOutcome (route: Route, body: Obj, stream: boolean): Promise<{ answer?: Answer; error?: any }> {
+  try {
+    return { answer: await viaSdk(rig, route, body, stream) }
+  } catch (error) {
+    return { error }
+  }
+}
+
+const SIGN = Buffer.from(SIGNING_KEY)
+
+for (const pair of PAIRS) {
+  t.test(`${pair.name}: tools`, async (t) => {
+    for (const stream of [false, true]) {
+      const mode = stream ? 'stream' : 'json'
+      t.test(`${mode}: a no-argument call finalises as {}`, async (t) => {
+        const a = await viaSdk(rig, pair.route, firstTurn(pair, 'go\n#sim call=get_weather args=none', { tools: [fnTool(pair.route, 'get_weather', { type: 'object', properties: {} })] }), stream)
+        t.equal(a.calls.length, 1)
+        t.same(JSON.parse(a.calls[0]?.args ?? 'null'), {}, 'arguments {}')
+        await idle(t)
+      })
+
+      for (const cut of ['args', 'length', 'eof'] as const) {
+        // An Anthropic JSON answer cannot carry cut arguments (input is an object): the sim sends
+        // `input: {}` with stop tool_use there, a well-formed call. Not a truncation to detect.
+        if (!stream && cut === 'args' && pair.provider === 'anthropic') continue
+        t.test(`${mode}: truncate=${cut} is the client's failure with a signed record, never a completed call`, async (t) => {
+          const body = firstTurn(pair, `go\n#sim call=get_weather truncate=${cut}`, { tools: [fnTool(pair.route, 'get_weather')], ...(stream ? { stream: true } : {}) })
+          const r = await post(rig, ROUTE_PATH[pair.route], body)
+          const f = failureOf(r)
+          t.ok(f !== null, `a failure (${r.status}: ${r.text.slice(-300)})`)
+          if (f === null) return
+          t.ok(isErrorCode(f.record.code), `a catalogued code (${f.record.code})`)
+          t.equal(f.record.code, 'provider_protocol_error', 'the provider broke the call')
+          t.ok(verifyRecord(f.record, f.signature, SIGN), 'the record verifies with the signing key')
+          if (!stream) t.equal(r.status, 502, 'refused before the first byte')
+          else {
+            t.equal(r.status, 200, 'after the first byte: the stream\'s own failure')
+            if (pair.route === 'responses') t.ok(sseEvents(r.text).some(e => e.data?.type === 'response.failed'), 'response.failed')
+            if (pair.route === 'messages') t.ok(sseEvents(r.text).some(e => e.event === 'error'), 'event: error')
+            t.notOk(/"(function_call_arguments\.done|tool_calls)"/.test(r.text) && /"finish_reason":"tool_calls"/.test(r.text), 'no tool_calls finish')
+          }
+          const o = await sdkOutcome(pair.route, body, stream)
+          t.ok(o.error !== undefined || o.answer?.calls.length === 0, 'the SDK reports no completed call')
+          if (o.answer !== undefined) t.notOk(['completed', 'tool_calls', 'tool_use'].includes(o.answer.stop), `and no completed stop (${o.answer.stop})`)
+          await idle(t)
+        })
+      }
+    }
+  })
 }
