@@ -5,6 +5,7 @@
 // (rig.bodies). After every case the ledger and every translation gauge are back at idle.
 
 import t from 'tap'
+import { readFileSync } from 'node:fs'
 import { SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { isErrorCode } from '../../src/errors.ts'
 import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
@@ -290,4 +291,98 @@ for (const pair of PAIRS) {
       }
     }
   })
+}
+
+/** Per provider index, the argument text a Chat stream's interleaved deltas join to. */
+function chatArgsByIndex (sse: string): { ids: string[]; args: string[]; interleaved: boolean } {
+  const ids: string[] = []
+  const args: string[] = []
+  let last = -1
+  let interleaved = false
+  for (const e of sseEvents(sse)) {
+    for (const c of e.data?.choices?.[0]?.delta?.tool_calls ?? []) {
+      if (c.id !== undefined) ids[c.index] = c.id
+      args[c.index] = (args[c.index] ?? '') + (c.function?.arguments ?? '')
+      if (last !== -1 && c.index < last) interleaved = true
+      last = c.index
+    }
+  }
+  return { ids, args, interleaved }
+}
+
+for (const route of ['responses', 'messages'] as const) {
+  for (const stream of [true, false]) {
+    t.test(`32 provider-interleaved parallel Chat calls reach a ${route} client (${stream ? 'stream' : 'json'}) as 32 complete sequential calls`, async (t) => {
+      const pair = PAIRS.find(p => p.route === route && p.provider === 'openai-chat')!
+      const body = firstTurn(pair, 'many\n#sim tools=32 parallel stagger', { tools: [fnTool(route, 'get_weather')] })
+      const before = rig.bodies.length
+      const a = await viaSdk(rig, route, body, stream)
+      const sent = modelBodies(rig, before)[0]
+      // The provider's own answer to the same bytes: its deltas (interleaved), or its JSON calls.
+      const own = await direct(rig, sent)
+      const provider = stream ? chatArgsByIndex(own) : { args: JSON.parse(own).choices[0].message.tool_calls.map((c: Obj) => c.function.arguments), interleaved: true }
+      t.ok(provider.interleaved, 'the provider did interleave its deltas')
+      t.equal(provider.args.length, 32)
+      t.equal(a.calls.length, 32, '32 calls')
+      t.equal(new Set(a.calls.map(c => c.id)).size, 32, 'distinct ids')
+      t.same(a.calls.map(c => JSON.parse(c.args)), provider.args.map(x => JSON.parse(x)), 'each call\'s arguments whole, in the provider\'s index order')
+      if (stream) {
+        // Non-overlapping: each item's events between its start and its end, indexes distinct and in order.
+        const starts: number[] = []
+        let open: number | null = null
+        let overlap = false
+        for (const e of a.events) {
+          const idx = route === 'responses' ? e.output_index : e.index
+          const start = route === 'responses' ? e.type === 'response.output_item.added' : e.type === 'content_block_start'
+          const end = route === 'responses' ? e.type === 'response.output_item.done' : e.type === 'content_block_stop'
+          if (idx === undefined) continue
+          if (start) { if (open !== null) overlap = true; open = idx; starts.push(idx) } else if (open !== idx) overlap = true
+          if (end) open = null
+        }
+        t.notOk(overlap, 'no item opens before the previous one ended')
+        t.same(starts, starts.map((_, i) => i + starts[0]), 'contiguous increasing indexes')
+        t.ok(starts.length >= 32, 'one start per call (at least)')
+      }
+      await idle(t)
+    })
+  }
+}
+
+// Codex's tool kinds (../shared/fixtures/clients): an MCP namespace, the freeform apply_patch, tool_search.
+const FIXTURES = new URL('../../../shared/fixtures/clients/', import.meta.url)
+function codexTools (): Obj[] {
+  const tools: Obj[] = []
+  for (const f of ['codex-tool-namespace-01-POST-v1_responses.json', 'codex-tool-applypatch-01-POST-v1_responses.json']) {
+    const j = JSON.parse(readFileSync(new URL(f, FIXTURES), 'utf8'))
+    for (const tool of (j.body ?? j).tools) if (['namespace', 'custom', 'tool_search'].includes(tool.type) && !tools.some(x => x.type === tool.type)) tools.push(tool)
+  }
+  return tools
+}
+
+for (const provider of ['openai-chat', 'anthropic'] as const) {
+  for (const stream of [true, false]) {
+    t.test(`Codex's namespace, custom (apply_patch) and tool_search calls restored for a Responses client from ${provider} (${stream ? 'stream' : 'json'})`, async (t) => {
+      const pair = PAIRS.find(p => p.route === 'responses' && p.provider === provider)!
+      const tools = codexTools()
+      t.same(tools.map(x => x.type).sort(), ['custom', 'namespace', 'tool_search'])
+      const body = firstTurn(pair, 'do it\n#sim call=multi_agent_v1.close_agent,apply_patch,tool_search', { tools })
+      const before = rig.bodies.length
+      const a = await viaSdk(rig, 'responses', body, stream)
+      const sent = lastBody(rig, before)
+      const names = provider === 'anthropic' ? sent.tools.map((x: Obj) => x.name) : sent.tools.map((x: Obj) => x.function.name)
+      t.ok(names.every((n: string) => /^[a-zA-Z0-9_-]{1,64}$/.test(n)), `valid flat function names for the provider (${names.join(', ')})`)
+      const items = (a.raw.output as Obj[]).filter(i => /_call$/.test(i.type))
+      t.same(items.map(i => i.type), ['function_call', 'custom_tool_call', 'tool_search_call'], 'each kind restored, none as a plain function call')
+      t.match(items[0], { namespace: 'multi_agent_v1', name: 'close_agent' }, 'the namespaced call as {namespace, name}')
+      t.equal(items[1]?.name, 'apply_patch')
+      t.equal(items[1]?.input, '*** Begin Patch\n*** Add File: sim.txt\n+hello\n*** End Patch\n', 'the custom call\'s raw input')
+      t.match(items[2], { execution: 'client' }, 'a client tool_search call')
+      t.equal(typeof items[2]?.arguments, 'object', 'its arguments an object, as Codex parses them')
+      if (stream) {
+        t.ok(a.events.some(e => e.type === 'response.custom_tool_call_input.delta'), 'custom_tool_call_input.delta streamed')
+        t.notOk(a.events.some(e => e.type === 'response.function_call_arguments.delta' && e.output_index === (a.raw.output as Obj[]).indexOf(items[1])), 'not as function arguments')
+      }
+      await idle(t)
+    })
+  }
 }
