@@ -386,3 +386,71 @@ for (const provider of ['openai-chat', 'anthropic'] as const) {
     })
   }
 }
+
+for (const stream of [true, false]) {
+  const mode = stream ? 'stream' : 'json'
+  t.test(`${mode}: Anthropic thinking + signature (and redacted thinking) reach a Responses client as encrypted_content and go back byte-exact (strict provider)`, async (t) => {
+    const pair = PAIRS.find(p => p.route === 'responses' && p.provider === 'anthropic')!
+    const body = firstTurn(pair, 'think, then call\n#sim call=get_weather redacted=1', { tools: [fnTool('responses', 'get_weather')], reasoning: { effort: 'low', summary: 'auto' }, include: ['reasoning.encrypted_content'], store: false })
+    const b1 = rig.bodies.length
+    const a = await viaSdk(rig, 'responses', body, stream)
+    const sent1 = lastBody(rig, b1)
+    t.equal(sent1.thinking?.type, 'enabled', 'thinking enabled for the provider')
+    const own = await direct(rig, modelBodies(rig, b1)[0])
+    const signature = /"signature":"(Sim[^"]+)"/.exec(own)?.[1]
+    const redacted = /"data":"(SimRedacted[^"]+)"/.exec(own)?.[1]
+    t.ok(signature !== undefined && redacted !== undefined, 'the provider issued a signature and a redacted block')
+    const reasoning = (a.raw.output as Obj[]).filter(i => i.type === 'reasoning')
+    t.ok(reasoning.length >= 1, 'reasoning items for the client')
+    t.ok(reasoning.every(r => typeof r.encrypted_content === 'string' && r.encrypted_content.length > 0), 'each with encrypted_content')
+    t.notOk(JSON.stringify(reasoning).includes(signature ?? '#'), 'the signature is not exposed raw (it is inside the envelope)')
+    t.equal(a.calls.length, 1)
+    const b2 = rig.bodies.length
+    const a2 = await viaSdk(rig, 'responses', secondTurn('responses', body, a, 'sunny'), stream)
+    t.ok(a2.text.length > 0, 'the strict provider accepted the replay and answered')
+    const sent2 = lastBody(rig, b2)
+    const assistant = (sent2.messages as Obj[]).filter(m => m.role === 'assistant').flatMap(m => m.content as Obj[])
+    t.same(assistant.map(c => c.type), ['thinking', 'redacted_thinking', 'text', 'tool_use'], 'the turn as the provider sent it, thinking blocks first')
+    t.equal(assistant[0]?.signature, signature, 'the signature byte-exact')
+    t.equal(assistant[1]?.data, redacted, 'the redacted data byte-exact')
+    t.equal(sent2.thinking?.type, 'enabled', 'thinking stays on (the tool turn carries its thinking)')
+    await idle(t)
+  })
+
+  t.test(`${mode}: OpenAI encrypted_content reaches a Messages client as a thinking signature and goes back (strict provider)`, async (t) => {
+    const pair = PAIRS.find(p => p.route === 'messages' && p.provider === 'openai-responses')!
+    const body = firstTurn(pair, 'think, then call\n#sim thinking=2 call=get_weather', { tools: [fnTool('messages', 'get_weather')], thinking: { type: 'enabled', budget_tokens: 2048 }, max_tokens: 4096 })
+    const b1 = rig.bodies.length
+    const a = await viaSdk(rig, 'messages', body, stream)
+    const sent1 = lastBody(rig, b1)
+    t.ok(sent1.reasoning !== undefined && (sent1.include as string[] | undefined)?.includes('reasoning.encrypted_content'), 'reasoning asked with encrypted_content')
+    const own = await direct(rig, modelBodies(rig, b1)[0])
+    const enc = /"encrypted_content":"([^"]+)"/.exec(own)?.[1]
+    t.ok(enc !== undefined, 'the provider issued encrypted_content')
+    const thinking = (a.raw.content as Obj[]).filter(c => c.type === 'thinking' || c.type === 'redacted_thinking')
+    t.equal(thinking.length, 1, 'one thinking block')
+    t.ok(typeof (thinking[0]?.signature ?? thinking[0]?.data) === 'string' && (thinking[0]?.signature ?? thinking[0]?.data).length > 0, 'carrying the opaque')
+    const b2 = rig.bodies.length
+    const a2 = await viaSdk(rig, 'messages', secondTurn('messages', body, a, 'sunny'), stream)
+    t.ok(a2.text.length > 0, 'the strict provider accepted the replay and answered')
+    const sent2 = lastBody(rig, b2)
+    const replayed = (sent2.input as Obj[]).filter(i => i.type === 'reasoning')
+    t.equal(replayed.length, 1, 'the reasoning item goes back')
+    t.equal(replayed[0]?.encrypted_content, enc, 'its encrypted_content byte-exact')
+    await idle(t)
+  })
+}
+
+t.test('the strict provider refuses a faked thinking signature (what the round trips above rely on)', async (t) => {
+  const r = await post(rig, '/v1/messages', {
+    model: 'claude-opus-5-5', max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 }, tools: [fnTool('messages', 'get_weather')],
+    messages: [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: [{ type: 'thinking', thinking: 'x', signature: 'fake-signature' }, { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'x' } }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'ok' }] },
+    ],
+  })
+  t.equal(r.status, 400, 'refused')
+  t.match(r.text, /Invalid `signature`/)
+  await idle(t)
+})
