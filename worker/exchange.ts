@@ -211,19 +211,20 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       rec.translated = `${client}->${target}`
       trace.set({ 'sluice.translated': rec.translated })
       const t = await underParsePhase(trace, () => prepare(deps, scope, route, prepared.body, signal, undefined, { to: target, issuer, model: prepared.model }))
+      prepared = { ...t, requestedModel: prepared.requestedModel }
+      bodyBytes = prepared.body.byteLength
+      if (route === 'count_tokens') {
+        // No Anthropic provider to count for: a local estimate (gpt-tokenizer, o200k_base).
+        // Nothing was translated for a provider, so there is no summary (prepare gives none).
+        answerLocally(res, rec, prepared.body, { 'x-sluice-token-estimate': 'gpt-tokenizer/o200k_base', ...translatedHeaders(rec, target, client, []) })
+        scope.releaseLane()
+        return rec
+      }
       translation = t.translation ?? null
       if (translation === null) throw new SluiceError('internal_error', {}, 'translation returned no summary')
       if (translation.droppedTools.length > 0) {
         rec.droppedTools = translation.droppedTools
         trace.set({ 'sluice.dropped_tools': translation.droppedTools.join(',') })
-      }
-      prepared = { ...t, requestedModel: prepared.requestedModel }
-      bodyBytes = prepared.body.byteLength
-      if (route === 'count_tokens') {
-        // No Anthropic provider to count for: a local estimate (gpt-tokenizer, o200k_base).
-        answerLocally(res, rec, prepared.body, { 'x-sluice-token-estimate': 'gpt-tokenizer/o200k_base', ...translatedHeaders(rec, target, client, []) })
-        scope.releaseLane()
-        return rec
       }
     }
 

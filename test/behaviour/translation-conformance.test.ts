@@ -325,7 +325,7 @@ for (const route of ['responses', 'messages'] as const) {
       t.equal(provider.args.length, 32)
       t.equal(a.calls.length, 32, '32 calls')
       t.equal(new Set(a.calls.map(c => c.id)).size, 32, 'distinct ids')
-      t.same(a.calls.map(c => JSON.parse(c.args)), provider.args.map(x => JSON.parse(x)), 'each call\'s arguments whole, in the provider\'s index order')
+      t.same(a.calls.map(c => JSON.parse(c.args)), provider.args.map((x: string) => JSON.parse(x)), 'each call\'s arguments whole, in the provider\'s index order')
       if (stream) {
         // Non-overlapping: each item's events between its start and its end, indexes distinct and in order.
         const starts: number[] = []
