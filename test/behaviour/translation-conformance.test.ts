@@ -6,11 +6,14 @@
 
 import t from 'tap'
 import { readFileSync } from 'node:fs'
-import { SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
+import { generateText, jsonSchema, streamText, tool } from 'ai'
+import { createOpenAI } from '@ai-sdk/openai'
+import { createAnthropic } from '@ai-sdk/anthropic'
+import { KEY, SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { isErrorCode } from '../../src/errors.ts'
 import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { waitIdle } from '../helpers/gateway.ts'
-import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, sseEvents, viaSdk, type Answer, type Obj, type Pair, type Raw, type Route } from './translation-helpers.ts'
+import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, sseEvents, viaSdk, WEATHER, type Answer, type Obj, type Pair, type Raw, type Route } from './translation-helpers.ts'
 
 let rig: Rig
 t.before(async () => { rig = await startRig({ strict: true }) })
@@ -454,3 +457,59 @@ t.test('the strict provider refuses a faked thinking signature (what the round t
   t.match(r.text, /Invalid `signature`/)
   await idle(t)
 })
+
+// The Vercel AI SDK as a strict extra validator: its schemas check every chunk and every JSON answer.
+;(globalThis as { AI_SDK_LOG_WARNINGS?: boolean }).AI_SDK_LOG_WARNINGS = false
+function aiModel (route: Route, model: string) {
+  if (route === 'messages') return createAnthropic({ baseURL: rig.url + '/v1', apiKey: KEY })(model)
+  const o = createOpenAI({ baseURL: rig.url + '/v1', apiKey: KEY })
+  return route === 'responses' ? o.responses(model) : o.chat(model)
+}
+const aiTools = { get_weather: tool({ inputSchema: jsonSchema<Record<string, unknown>>(WEATHER as any) }) }
+
+for (const pair of PAIRS) {
+  t.test(`${pair.name}: the Vercel AI SDK accepts every chunk and answer`, async (t) => {
+    const prompt = 'weather?\n#sim tools=3 parallel call=get_weather reasoning_content thinking=2'
+    const parts: any[] = []
+    let streamError: unknown
+    try {
+      const s = streamText({ model: aiModel(pair.route, pair.model), prompt, tools: aiTools, maxOutputTokens: 2000, maxRetries: 0, onError: () => {} })
+      for await (const p of s.fullStream) parts.push(p)
+    } catch (err) { streamError = err }
+    t.equal(streamError, undefined, `stream: no error (${(streamError as Error | undefined)?.message})`)
+    t.same(parts.filter(p => p.type === 'error').map(p => String(p.error?.message ?? p.error)), [], 'stream: no error parts')
+    const calls = parts.filter(p => p.type === 'tool-call')
+    t.equal(calls.length, 3, 'stream: three tool calls')
+    t.equal(new Set(calls.map(c => c.toolCallId)).size, 3, 'distinct ids')
+    t.ok(calls.every(c => typeof c.input?.city === 'string'), 'each input parsed whole')
+    t.ok(parts.filter(p => p.type === 'text-delta').map(p => p.text).join('').length > 0, 'stream: text')
+    t.equal(parts.find(p => p.type === 'finish')?.finishReason, 'tool-calls', 'stream: finish tool-calls')
+    const g = await generateText({ model: aiModel(pair.route, pair.model), prompt, tools: aiTools, maxOutputTokens: 2000, maxRetries: 0 })
+    t.equal(g.toolCalls.length, 3, 'json: three tool calls')
+    t.ok(g.toolCalls.every(c => typeof (c.input as Obj)?.city === 'string'), 'json: inputs parsed')
+    t.equal(g.finishReason, 'tool-calls', 'json: finish tool-calls')
+    t.ok(g.usage.inputTokens! > 0 && g.usage.outputTokens! > 0, 'json: usage read')
+    // A truncated call is an error to the AI SDK, never a tool call.
+    const bad: any[] = []
+    let badError: unknown
+    try {
+      const s = streamText({ model: aiModel(pair.route, pair.model), prompt: 'x\n#sim call=get_weather truncate=args', tools: aiTools, maxOutputTokens: 2000, maxRetries: 0, onError: () => {} })
+      for await (const p of s.fullStream) bad.push(p)
+    } catch (err) { badError = err }
+    if (pair.route !== 'chat') t.notOk(bad.some(p => p.type === 'tool-call'), 'truncated: no tool call')
+    else {
+      // Chat has no per-call end: the cut call's fragments streamed live (pinned in
+      // test/unit/translate/stream-sdk.test.ts), then the error frame, no finish_reason. The AI
+      // SDK's chat provider still finalises unfinished calls when the stream ends (its
+      // StreamingToolCallTracker.flush), after the error part; what it reports is an error finish.
+      const errorAt = bad.findIndex(p => p.type === 'error')
+      const callAt = bad.findIndex(p => p.type === 'tool-call')
+      t.ok(errorAt >= 0 && (callAt === -1 || callAt > errorAt), 'truncated: the error comes before anything the SDK finalises')
+      t.equal(bad.find(p => p.type === 'finish')?.finishReason, 'error', 'truncated: the SDK finishes with error, not tool-calls')
+    }
+    const failed = bad.find(p => p.type === 'error')?.error ?? badError
+    t.ok(failed !== undefined, 'truncated: the SDK reports an error')
+    t.match(String((failed as Error)?.message ?? JSON.stringify(failed)), /provider_protocol_error/, 'with the catalogue code')
+    await idle(t)
+  })
+}
