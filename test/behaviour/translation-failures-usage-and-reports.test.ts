@@ -147,6 +147,24 @@ for (const pair of PAIRS) {
   })
 }
 
+for (const pair of PAIRS) {
+  t.test(`${pair.name}: transport faults mid-stream end in the client's failure event, signed, and leave nothing held`, async (t) => {
+    for (const [d, code] of [['fault=cut-mid-stream at=5 tokens=20', 'provider_unavailable'], ['fault=malformed-frame at=5 tokens=20', 'provider_protocol_error'], ['fault=oversize-frame at=5 tokens=20 size=1200000', 'provider_protocol_error']] as const) {
+      const r = await post(rig, ROUTE_PATH[pair.route], firstTurn(pair, `x\n#sim ${d}`, { stream: true }))
+      t.equal(r.status, 200, `${d}: the stream had begun`)
+      const f = failureOf(r)
+      t.equal(f?.record.code, code, `${d}: ${code}`)
+      t.ok(f !== null && verifyRecord(f.record, f.signature, SIGN), `${d}: signed`)
+      t.notOk(r.text.includes('sim-malformed'), `${d}: the bad frame never reaches the client`)
+      const events = sseEvents(r.text)
+      if (pair.route === 'responses') t.equal(events.filter(e => /^response\.(completed|failed|incomplete)$/.test(e.data?.type)).length, 1, `${d}: exactly one terminal`)
+      if (pair.route === 'messages') t.notOk(events.some(e => e.event === 'message_stop'), `${d}: no message_stop`)
+      if (pair.route === 'chat') t.notOk(r.text.includes('[DONE]'), `${d}: no [DONE]`)
+      t.same(await waitIdle(rig.gw), {}, `${d}: idle`)
+    }
+  })
+}
+
 t.test('structured output: mapped where the provider has it, refused naming the field where it has none', async (t) => {
   const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false }
   const clientFormat: Record<Route, Obj> = {
