@@ -513,3 +513,20 @@ for (const pair of PAIRS) {
     await idle(t)
   })
 }
+
+t.test('namespace tools that collide on one wire name are refused with a clear 400, nothing sent', async (t) => {
+  for (const provider of ['openai-chat', 'anthropic'] as const) {
+    const pair = PAIRS.find(p => p.route === 'responses' && p.provider === provider)!
+    const tools = [
+      { type: 'namespace', name: 'ns', description: 'd', tools: [{ type: 'function', name: 'x', parameters: { type: 'object', properties: {} } }] },
+      fnTool('responses', 'ns__x', { type: 'object', properties: {} }),
+    ]
+    const before = rig.requests.length
+    const r = await post(rig, '/v1/responses', firstTurn(pair, 'hi', { tools }))
+    t.equal(r.status, 400, `${pair.name}: 400`)
+    t.equal(r.json?.code, 'invalid_request')
+    t.match(r.text, /ns__x/, 'names the colliding tools')
+    t.equal(rig.requests.length, before, 'nothing reached the provider')
+  }
+  await idle(t)
+})
