@@ -320,3 +320,23 @@ t.test('GET /v1/models answers in the caller\'s protocol', async (t) => {
 })
 
 export type { Pair }
+
+t.test('the item cap holds on translated answers: output_too_large, signed, nothing held', async (t) => {
+  const small = await startRig({ limits: { maxOutputItems: 8 } })
+  t.teardown(() => small.close())
+  for (const pair of PAIRS) {
+    for (const stream of [false, true]) {
+      const r = await post(small, ROUTE_PATH[pair.route], firstTurn(pair, 'many\n#sim tools=16 parallel call=get_weather', { tools: [fnTool(pair.route, 'get_weather')], ...(stream ? { stream: true } : {}) }))
+      if (!stream) {
+        // The gateway's own limit before the first byte: the local refusal (no provider record).
+        t.equal(r.status, 502, `${pair.name} json: 502`)
+        t.match(r.json, { code: 'output_too_large', reason: 'items', limit: 8 }, `${pair.name} json: output_too_large naming the cap`)
+      } else {
+        const f = failureOf(r)
+        t.equal(f?.record.code, 'output_too_large', `${pair.name} stream: output_too_large in the failure event`)
+        t.ok(f !== null && verifyRecord(f.record, f.signature, SIGN), 'signed')
+      }
+      t.same(await waitIdle(small.gw), {}, `${pair.name}: idle`)
+    }
+  }
+})
