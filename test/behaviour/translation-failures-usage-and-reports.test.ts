@@ -321,8 +321,8 @@ t.test('GET /v1/models answers in the caller\'s protocol', async (t) => {
 
 export type { Pair }
 
-t.test('the item cap holds on translated answers: output_too_large, signed, nothing held', async (t) => {
-  const small = await startRig({ limits: { maxOutputItems: 8 } })
+t.test('the item and byte caps hold on translated answers: output_too_large, signed, nothing held', async (t) => {
+  const small = await startRig({ limits: { maxOutputItems: 8, maxOutputBytes: 1048576 } })
   t.teardown(() => small.close())
   for (const pair of PAIRS) {
     for (const stream of [false, true]) {
@@ -338,5 +338,11 @@ t.test('the item cap holds on translated answers: output_too_large, signed, noth
       }
       t.same(await waitIdle(small.gw), {}, `${pair.name}: idle`)
     }
+    // 1.6 MB of text: a translated answer's content is at most maxOutputBytes, streamed or not.
+    const r = await post(small, ROUTE_PATH[pair.route], firstTurn(pair, 'big\n#sim tokens=400 bytes=4096', { stream: true }))
+    const f = failureOf(r)
+    t.equal(f?.record.code, 'output_too_large', `${pair.name}: a long stream ends with output_too_large`)
+    t.ok(f !== null && verifyRecord(f.record, f.signature, SIGN), 'signed')
+    t.same(await waitIdle(small.gw), {}, `${pair.name}: idle`)
   }
 })
