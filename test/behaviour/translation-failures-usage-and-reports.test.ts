@@ -220,6 +220,25 @@ t.test('hosted tools: mapped where the provider has one, else left out and repor
   await idle(t)
 })
 
+t.test('a provider\'s hosted-tool items (a web search it ran) are left out of the client\'s answer, which stays well-formed', async (t) => {
+  const cases: Array<{ route: Route; provider: string; hosted: Obj }> = [
+    { route: 'responses', provider: 'anthropic', hosted: { type: 'web_search', external_web_access: true } },
+    { route: 'messages', provider: 'openai-responses', hosted: { type: 'web_search_20250305', name: 'web_search', max_uses: 3 } },
+  ]
+  for (const c of cases) {
+    const pair = PAIRS.find(p => p.route === c.route && p.provider === c.provider)!
+    for (const stream of [false, true]) {
+      const a = await viaSdk(rig, c.route, firstTurn(pair, 'search\n#sim call=web_search tokens=3', { tools: [c.hosted] }), stream)
+      t.equal(a.calls.length, 0, `${pair.name} ${stream}: no client tool call for the provider's own search`)
+      t.equal(a.text.trim().split(/\s+/).length, 3, 'the answer text')
+      const kinds = c.route === 'responses' ? (a.raw.output as Obj[]).map(i => i.type) : (a.raw.content as Obj[]).map(b => b.type)
+      t.same(kinds, c.route === 'responses' ? ['message'] : ['text'], `only what the client can read (${kinds.join(',')})`)
+      t.equal(a.stop, c.route === 'responses' ? 'completed' : 'end_turn', 'an ordinary stop, not a tool stop')
+    }
+  }
+  await idle(t)
+})
+
 async function lineOf (r: Raw): Promise<Obj | undefined> {
   const id = String(r.headers['x-sluice-exchange-id'])
   let line: Obj | undefined
