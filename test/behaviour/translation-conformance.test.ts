@@ -13,7 +13,7 @@ import { KEY, SIGNING_KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { isErrorCode } from '../../src/errors.ts'
 import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { waitIdle } from '../helpers/gateway.ts'
-import { direct, fnTool, firstTurn, lastBody, modelBodies, PAIRS, post, ROUTE_PATH, sseEvents, viaSdk, WEATHER, type Answer, type Obj, type Pair, type Raw, type Route } from './translation-helpers.ts'
+import { direct, fnTool, firstTurn, lastBody, MODEL, modelBodies, PAIRS, post, ROUTE_PATH, sseEvents, viaSdk, WEATHER, type Answer, type Obj, type Pair, type Raw, type Route } from './translation-helpers.ts'
 
 let rig: Rig
 t.before(async () => { rig = await startRig({ strict: true }) })
@@ -528,5 +528,26 @@ t.test('namespace tools that collide on one wire name are refused with a clear 4
     t.match(r.text, /ns__x/, 'names the colliding tools')
     t.equal(rig.requests.length, before, 'nothing reached the provider')
   }
+  await idle(t)
+})
+
+t.test('a reasoning envelope from one provider is never sent to another', async (t) => {
+  // Claude client: thinking issued by the Responses provider, replayed to a model on the Chat provider.
+  const onResponses = PAIRS.find(p => p.route === 'messages' && p.provider === 'openai-responses')!
+  const body = firstTurn(onResponses, 'think\n#sim thinking=2 call=get_weather', { tools: [fnTool('messages', 'get_weather')], thinking: { type: 'enabled', budget_tokens: 2048 }, max_tokens: 4096 })
+  const a = await viaSdk(rig, 'messages', body, false)
+  const opaque = (a.raw.content as Obj[]).map(c => c.signature ?? c.data).find(x => typeof x === 'string' && x.length > 0)
+  t.ok(opaque !== undefined, 'the Claude client holds an envelope')
+  const second = secondTurn('messages', { ...body, model: MODEL['openai-chat'] }, a, 'sunny')
+  const before = rig.bodies.length
+  const r = await post(rig, '/v1/messages', second)
+  t.equal(r.status, 200, `answered (${r.text.slice(0, 200)})`)
+  const sent = modelBodies(rig, before)[0]
+  t.equal(sent.protocol, 'openai-chat')
+  t.notOk(sent.bytes.toString().includes(String(opaque)), 'the envelope is not in the Chat provider\'s request')
+  t.notOk(/encrypted_content|"signature"/.test(sent.bytes.toString()), 'nor any opaque reasoning field')
+  const ids = callAndResultIds('openai-chat', sent.json as Obj)
+  t.equal(ids.calls.length, 1, 'the tool call still goes')
+  t.same(ids.results, ids.calls, 'with its result')
   await idle(t)
 })
