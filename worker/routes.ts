@@ -4,13 +4,14 @@
 //
 //   POST /v1/chat/completions | /v1/responses | /v1/messages | /v1/messages/count_tokens
 //        -> accept (worker/accept.ts) -> runExchange (worker/exchange.ts)
-//   GET  /v1/models, /v1/capabilities (authenticated reads)
+//   GET  /v1/models (in the caller's protocol: src/protocols/models.ts), /v1/capabilities (authenticated reads)
 
 import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import { capabilities } from '../src/capabilities.ts'
 import { SluiceError } from '../src/errors.ts'
+import { modelListStyle, renderModelList } from '../src/protocols/models.ts'
 import { ROUTE_PATH, ROUTES, type Route } from '../src/protocols/routes.ts'
 import { VERSION } from '../src/version.ts'
 import { accept } from './accept.ts'
@@ -42,8 +43,9 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
       refuseReply(deps.ledger, reply, SluiceError.from(err))
       return reply
     }
-    const data = deps.router.listModels(key).map((id) => ({ id, object: 'model', created: 0, owned_by: providerOf(deps, id) }))
-    return reply.send({ object: 'list', data })
+    // In the caller's protocol: Anthropic's list when it sends anthropic-version, else OpenAI's.
+    const models = deps.router.listModels(key).map((id) => ({ id, ownedBy: providerOf(deps, id) }))
+    return reply.send(renderModelList(models, modelListStyle(req.headers)))
   })
 
   fastify.get('/v1/capabilities', (req, reply) => {

@@ -20,8 +20,9 @@ export interface Rig {
   close (): Promise<void>
 }
 
-export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[]; env?: Record<string, string> } = {}): Promise<Rig> {
-  const sim = await startSim({ apiKey: PROVIDER_KEY })
+export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[]; env?: Record<string, string>; strict?: boolean } = {}): Promise<Rig> {
+  // strict: the sim refuses replayed reasoning it did not issue (src/sim/strict.ts).
+  const sim = await startSim({ apiKey: PROVIDER_KEY, strict: opts.strict === true })
   const requests: SimRequestEvent[] = []
   const ends: SimEndEvent[] = []
   const bodies: SimBodyEvent[] = []
