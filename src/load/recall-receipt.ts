@@ -57,6 +57,8 @@ export interface RecallReceipt {
     samplesMb: number[]
     /** Least-squares slope of those samples, MB per wave. */
     slopeMbPerWave: number
+    /** Standard error of the slope (from the samples' scatter about the fit), MB per wave. */
+    slopeStdErrorMb: number
     toleranceMbPerWave: number
     peakMb: number
     simPeakMb: number
@@ -89,6 +91,19 @@ export function slope (ys: number[]): number {
   let den = 0
   ys.forEach((y, x) => { num += (x - mx) * (y - my); den += (x - mx) ** 2 })
   return num / den
+}
+
+/** Standard error of that slope (NaN with fewer than 3 points): the residuals' spread over sqrt(sum (x - mean)^2). */
+export function slopeError (ys: number[]): number {
+  const n = ys.length
+  if (n < 3) return NaN
+  const b = slope(ys)
+  const mx = (n - 1) / 2
+  const my = ys.reduce((a, c) => a + c, 0) / n
+  let ssr = 0
+  let sxx = 0
+  ys.forEach((y, x) => { ssr += (y - (my + b * (x - mx))) ** 2; sxx += (x - mx) ** 2 })
+  return Math.sqrt(ssr / (n - 2) / sxx)
 }
 
 export function readRecallBaseline (dir: string, profile: string): RecallReceipt | null {
@@ -162,7 +177,7 @@ export function recallSummary (r: RecallReceipt): string {
   const lines = [table(rows)]
   lines.push(`routes (sessions sustained/burst): ${Object.entries(r.routes).map(([k, v]) => `${k}${v.translated ? ' (translated)' : ''} ${v.sessions}/${v.burstSessions}`).join(', ')}`)
   lines.push(`isolation: ${r.isolation.streams} streams, ${r.isolation.calls} calls, ${r.isolation.ids} distinct ids checked against the provider's record; ${r.isolation.violations} violations`)
-  lines.push(`RSS after warm-up: ${r.rss.samplesMb.map(f).join(', ')} MB; slope ${r.rss.slopeMbPerWave.toFixed(2)} MB/wave (tolerance ${r.rss.toleranceMbPerWave}); peak ${f(r.rss.peakMb)} MB (sim ${f(r.rss.simPeakMb)} MB)`)
+  lines.push(`RSS after warm-up: ${r.rss.samplesMb.map(f).join(', ')} MB; slope ${r.rss.slopeMbPerWave.toFixed(2)} ± ${Number.isFinite(r.rss.slopeStdErrorMb) ? r.rss.slopeStdErrorMb.toFixed(2) : 'n/a'} MB/wave (tolerance ${r.rss.toleranceMbPerWave}); peak ${f(r.rss.peakMb)} MB (sim ${f(r.rss.simPeakMb)} MB)`)
   lines.push(`retries after commit: ${r.retriesAfterCommit.value} (${r.retriesAfterCommit.metric === null ? 'no metric' : 'metric ' + r.retriesAfterCommit.metric}; at most ${r.retriesAfterCommit.maxUpstreamPerClientRequest} upstream request per client request)`)
   lines.push(`faults injected: ${Object.entries(r.faults).map(([k, v]) => `${k} ${v}`).join(', ')}`)
   lines.push(`first byte p50/p90/p99/max ms: opening ${pc(r.latencyMs.openingFirstByte)}; recall ${pc(r.latencyMs.recallFirstByte)}; recall total ${pc(r.latencyMs.recallTotal)}`)

@@ -11,6 +11,11 @@
 //   chat       exec_command, read_file, search_code (functions)
 //   messages   Bash, Read, Grep (tool_use)
 
+import { lastUserText, parseDirective, type SimProtocol } from '../sim/directive.ts'
+import { seedFrom } from '../sim/rng.ts'
+import { parseScenario } from '../sim/scenario.ts'
+import { buildScript } from '../sim/script.ts'
+
 export type ClientProto = 'chat' | 'responses' | 'messages'
 export type ProviderProto = 'openai-chat' | 'openai-responses' | 'anthropic'
 
@@ -274,6 +279,16 @@ export interface Said {
   /** [key, itemId, name, kind, namespace, args] per call, in order. */
   calls: Array<[string, string, string, string, string | null, string]>
   text: string
+}
+
+/**
+ * What the sim answers (answered) the request `bytes` on `protocol`: its own buildScript over
+ * the same bytes (the sim is deterministic), as sim-child.ts --script reports it.
+ */
+export function saidFor (protocol: SimProtocol, bytes: Buffer, json: Record<string, unknown>): Said {
+  const text = lastUserText(protocol, json)
+  const s = buildScript(protocol, json, bytes.length, seedFrom(bytes), parseDirective(text), parseScenario(text))
+  return { rid: s.id, calls: s.tools.map((c) => [c.key, c.itemId, c.name, c.kind, c.namespace, c.args]), text: s.text === null ? '' : s.text.full() }
 }
 
 /**

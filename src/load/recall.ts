@@ -34,8 +34,9 @@
 //              admissions = releases; the storage budget has no waiters (try-reserve, never a
 //              queue): the only waiters are the exchange, parse and lane queues, in that list;
 //   retention  the store, lane table and event ring gauges after each wave equal the first's;
-//   RSS        the least-squares slope of sluice's idle RSS over the measured sustained waves
-//              is at most rss.slopeToleranceMbPerWave;
+//   RSS        the least-squares slope of sluice's idle RSS (median of 5 samples after the
+//              wave's settle) over the measured sustained waves is at most
+//              rss.slopeToleranceMbPerWave (its standard error is in the receipt too);
 //   retries    `sluice_retries_after_commit_total` is 0, or, where it does not exist, the
 //              gateway has no retry at all: no client request reached the sim twice;
 //   every round completes (with the client's own re-sends), every refusal answers an injected
@@ -50,7 +51,7 @@ import { launchChild, makeQuota, noQuota, rssMb, RssSampler, stopChild, tasksetQ
 import { percentiles } from './receipt.ts'
 import { hashSettings } from './receipt.ts'
 import { recallSettingsOf, type RecallProfile } from './recall-profile.ts'
-import { slope, type ChartPoint, type RecallReceipt, type WaveRecord } from './recall-receipt.ts'
+import { slope, slopeError, type ChartPoint, type RecallReceipt, type WaveRecord } from './recall-receipt.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, TOOLS, type ClientProto, type GotCall, type GotStream, type ProviderProto, type Said, type ToolAsk, type Turn } from './recall-wire.ts'
 import { commit, cpuModel, healthProbe, live, ROOT } from './run.ts'
 import { notIdle, scrape } from './scrape.ts'
@@ -333,10 +334,11 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
         }
         // tools run (the client sleeps), then every session of the wave waits for the others
         if (calls !== null) await sleep(W.toolLatencyMs[0] + draw(W.seed, i, r, 9) * (W.toolLatencyMs[1] - W.toolLatencyMs[0]))
+        // the recall is built before the barrier, so the sessions' sends leave together
+        const outputs = calls === null ? [] : calls.map((c, k) => `exit 0: output ${k} of ${c.id} for ${marker}`)
+        const body = calls === null ? null : Buffer.from(JSON.stringify(buildBody(client, model, history, user, { calls, outputs })))
         await barriers[r].arrive()
-        if (calls === null) continue
-        const outputs = calls.map((c, k) => `exit 0: output ${k} of ${c.id} for ${marker}`)
-        const body = Buffer.from(JSON.stringify(buildBody(client, model, history, user, { calls, outputs })))
+        if (calls === null || body === null) continue
         let answer: string | null = null
         for (let a = 0; a < W.maxAttempts && answer === null; a++) {
           const cancel = a < 3 && draw(W.seed, i, r, 10, a) < W.cancelFraction ? Math.floor(draw(W.seed, i, r, 11, a) * 25) : null
@@ -363,8 +365,8 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
     }
     const idleRss = async (): Promise<number> => {
       const xs: number[] = []
-      for (let k = 0; k < 3; k++) { xs.push(rssMb(gwPid)); await sleep(200) }
-      return Math.round(xs.sort((a, b) => a - b)[1] * 10) / 10
+      for (let k = 0; k < 5; k++) { xs.push(rssMb(gwPid)); await sleep(250) }
+      return Math.round(xs.sort((a, b) => a - b)[2] * 10) / 10
     }
 
     // ---- one wave -----------------------------------------------------------------------
@@ -421,8 +423,8 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
           if (owner === undefined) idOwner.set(id, x.marker)
           else if (owner !== x.marker) violate(`${x.loadId}: id ${id} was already seen by ${owner}`)
         }
-        said.delete(x.loadId)
       }
+      for (const x of exs) said.delete(x.loadId) // checked: the driver keeps no record across waves
       iso.streams += streams
       iso.calls += ncalls
       const outcomes: Record<string, number> = {}
@@ -489,6 +491,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
   const sustained = waves.filter((x) => x.kind === 'sustained')
   const samples = sustained.map((x) => x.rssMb)
   const s = slope(samples)
+  const se = slopeError(samples)
   if (ran && sustained.length >= 2 && !(s <= p.rss.slopeToleranceMbPerWave)) reasons.push(`RSS grows ${s.toFixed(2)} MB per sustained wave after warm-up (${samples.join(', ')} MB), more than the ${p.rss.slopeToleranceMbPerWave} MB tolerance`)
   const hOver = health.filter((h) => h.ok && h.ms > p.health.guardMs).length
   const hFail = health.filter((h) => !h.ok).length
@@ -520,7 +523,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
     waves,
     outcomes,
     isolation: { streams: iso.streams, calls: iso.calls, ids: idOwner.size, violations: iso.violations, first: iso.first },
-    rss: { samplesMb: samples, slopeMbPerWave: Number.isFinite(s) ? Math.round(s * 1000) / 1000 : NaN, toleranceMbPerWave: p.rss.slopeToleranceMbPerWave, peakMb: peak.sluice, simPeakMb: peak.sim },
+    rss: { samplesMb: samples, slopeMbPerWave: Number.isFinite(s) ? Math.round(s * 1000) / 1000 : NaN, slopeStdErrorMb: Number.isFinite(se) ? Math.round(se * 1000) / 1000 : NaN, toleranceMbPerWave: p.rss.slopeToleranceMbPerWave, peakMb: peak.sluice, simPeakMb: peak.sim },
     retriesAfterCommit: retries,
     faults,
     latencyMs: {

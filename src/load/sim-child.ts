@@ -12,10 +12,8 @@
 // very request, whatever protocol translation did in between.
 
 import { startSim } from '../sim/index.ts'
-import { lastUserText, parseDirective, type SimProtocol } from '../sim/directive.ts'
-import { seedFrom } from '../sim/rng.ts'
-import { parseScenario } from '../sim/scenario.ts'
-import { buildScript } from '../sim/script.ts'
+import type { SimProtocol } from '../sim/directive.ts'
+import { saidFor } from './recall-wire.ts'
 
 const withScript = process.argv.includes('--script')
 const sim = await startSim({ port: 0 })
@@ -33,15 +31,7 @@ if (withScript) {
     const id = loadIds.get(e.id)
     loadIds.delete(e.id)
     if (id === undefined || e.protocol === null || typeof e.json !== 'object' || e.json === null) return
-    const body = e.json as Record<string, unknown>
-    const text = lastUserText(e.protocol as SimProtocol, body)
-    const s = buildScript(e.protocol as SimProtocol, body, e.bytes.length, seedFrom(e.bytes), parseDirective(text), parseScenario(text))
-    process.stdout.write(JSON.stringify({
-      said: id,
-      rid: s.id,
-      calls: s.tools.map((c) => [c.key, c.itemId, c.name, c.kind, c.namespace, c.args]),
-      text: s.text === null ? '' : s.text.full(),
-    }) + '\n')
+    process.stdout.write(JSON.stringify({ said: id, ...saidFor(e.protocol as SimProtocol, e.bytes, e.json as Record<string, unknown>) }) + '\n')
   })
   // requests that never sent a body (refused, reset) must not accumulate
   sim.events.on('end', (e) => { loadIds.delete(e.id) })
