@@ -1,7 +1,7 @@
 // The recall-burst isolation check (src/load/recall-wire.ts) against the real sim: a session's
 // own stream, whole or cut, passes; another session's stream, or its own stream checked against
 // another request's record, is caught (ids, text, the marker in the arguments). Also the
-// deterministic draw and the RSS slope fit.
+// deterministic draw, the RSS slope fit and the comparison with a baseline.
 
 import t from 'tap'
 import { request } from 'undici'
@@ -9,7 +9,7 @@ import { startSim } from '../../../src/sim/index.ts'
 import type { SimProtocol } from '../../../src/sim/directive.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, saidFor, TOOLS, type ClientProto, type Said, type ToolAsk } from '../../../src/load/recall-wire.ts'
 import { draw } from '../../../src/load/recall.ts'
-import { slope, slopeError } from '../../../src/load/recall-receipt.ts'
+import { compareRecall, slope, slopeError, type RecallReceipt } from '../../../src/load/recall-receipt.ts'
 
 const sim = await startSim({ port: 0 })
 t.teardown(() => sim.close())
@@ -87,4 +87,25 @@ t.test('the slope\'s standard error comes from the scatter about the fit', async
   t.equal(slopeError([100, 102, 104, 106]), 0, 'on a line: no error')
   t.ok(slopeError([211.4, 213.9, 230.6, 220, 220.2]) > 2, 'one outlier among five: an error of about its size over sqrt(10)')
   t.ok(Number.isNaN(slopeError([1, 2])))
+})
+
+t.test('a recall-burst receipt is compared with its baseline: settings, hardware, or a regression', async (t) => {
+  const P = { n: 10, p50: 100, p90: 150, p99: 200, max: 250 }
+  const base = {
+    test: 'recall-burst', settings: { a: 1 }, settingsHash: 'h1',
+    hardware: { cpuModel: 'cpu', cores: 2, memoryMb: 1000, quotaMethod: 'cgroup-v1', quotaValue: 'q' },
+    latencyMs: { openingFirstByte: P, recallFirstByte: P, recallTotal: P, refusal: P },
+    rss: { peakMb: 200 }, passed: true,
+  } as unknown as RecallReceipt
+  const tol = { latencyFactor: 1.5, latencySlackMs: 50, rssFactor: 1.25 }
+  t.equal(compareRecall(base, base, tol).attribution, 'neither (within tolerance)')
+  const slow = { ...base, latencyMs: { ...base.latencyMs, recallTotal: { ...P, p99: 400 } } } as RecallReceipt
+  const c = compareRecall(base, slow, tol)
+  t.equal(c.attribution, 'regression')
+  t.ok(c.regression)
+  t.match(c.worse[0], /recallTotal p99 200 -> 400/)
+  t.equal(compareRecall(base, { ...slow, settingsHash: 'h2', settings: { a: 2 } } as RecallReceipt, tol).attribution, 'changed settings')
+  t.equal(compareRecall(base, { ...slow, hardware: { ...base.hardware, cores: 4 } } as RecallReceipt, tol).attribution, 'changed hardware')
+  t.equal(compareRecall(base, { ...base, passed: false } as RecallReceipt, tol).attribution, 'regression', 'pass -> fail is a regression')
+  t.match(compareRecall(base, { ...base, rss: { peakMb: 300 } } as RecallReceipt, tol).worse.join(), /peak RSS 200 -> 300/)
 })
