@@ -12,7 +12,8 @@ commands:
   sim            run the simulated provider alone
   check-config   validate a config file without starting (sluice check-config FILE)
   load           qualify limits under a CPU quota (sluice load model-capacity --profile half-vcpu|one-vcpu|all
-                 [--smoke] [--record-baseline]; see ops/load/README.md)
+                 [--smoke] [--record-baseline], or sluice load recall-burst --profile ... for
+                 seed 003's agent sessions; see ops/load/README.md)
 
 serve options:
   --config PATH                          JSON config file (else $SLUICE_CONFIG, else the demo config)

@@ -96,7 +96,7 @@ function buffered (body: Record<string, unknown>): Record<string, unknown> {
 // ---------------------------------------------------------------------------------------
 // Child processes
 
-const launch = (name: string, command: [string, string[]], onLine: (line: string) => void, env?: NodeJS.ProcessEnv): Child =>
+export const launch = (name: string, command: [string, string[]], onLine: (line: string) => void, env?: NodeJS.ProcessEnv): Child =>
   // Per-request lines of the sim child are not kept in failure reports.
   launchChild(name, command, onLine, { env, keepInTail: (line) => !line.startsWith('{"req"') })
 
@@ -114,7 +114,7 @@ export function killAllSync (): void {
 // ---------------------------------------------------------------------------------------
 // Probes
 
-function healthProbe (adminPort: number, timeoutMs: number): Promise<{ ok: boolean; ms: number }> {
+export function healthProbe (adminPort: number, timeoutMs: number): Promise<{ ok: boolean; ms: number }> {
   const t0 = performance.now()
   return new Promise((resolve) => {
     const req = get({ host: '127.0.0.1', port: adminPort, path: '/healthz', agent: false, timeout: timeoutMs }, (res) => {
@@ -169,13 +169,13 @@ export interface RunOptions {
   quotaMethod?: 'taskset' | 'none'
 }
 
-function commit (): { sha: string; dirty: boolean } {
+export function commit (): { sha: string; dirty: boolean } {
   const sha = spawnSync('git', ['-C', ROOT, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).stdout?.trim() || 'unknown'
   const st = spawnSync('git', ['-C', ROOT, 'status', '--porcelain', '--', '.', ':!ops/load/receipts', ':!ops/load/baselines'], { encoding: 'utf8' }).stdout ?? ''
   return { sha, dirty: st.trim().length > 0 }
 }
 
-function cpuModel (): string {
+export function cpuModel (): string {
   let info = ''
   try { info = readFileSync('/proc/cpuinfo', 'utf8') } catch {}
   return /^model name\s*:\s*(.+)$/m.exec(info)?.[1]?.trim() ?? 'unknown CPU'
