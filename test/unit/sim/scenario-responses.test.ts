@@ -15,7 +15,7 @@ t.teardown(() => sim.close())
 const client = new OpenAI({ baseURL: sim.url + '/v1', apiKey: 'sk-test', maxRetries: 0 })
 
 type Json = Record<string, any>
-const codex: Json = JSON.parse(readFileSync(new URL('./fixtures/codex-text-01.request.json', import.meta.url), 'utf8')).body
+const codex: Json = JSON.parse(readFileSync(new URL('../../../ops/load/fixtures/codex-text-01.request.json', import.meta.url), 'utf8')).body
 const namespace = {
   type: 'namespace',
   name: 'multi_agent_v1',
