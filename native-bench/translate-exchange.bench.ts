@@ -28,6 +28,9 @@
 //      UPSTREAM events (the Chat frames the sim sent, the same for every path; a translated
 //      client receives a different number of frames, shown alongside). The rounds include
 //      each exchange's fixed cost (8 per 2000-event round).
+//   3. the gateway's CPU per exchange, from one-delta streams (`tokens=1`) in sequence, paths
+//      interleaved in batches of 20: the fixed cost; and the throughput figure less it. /proc counts
+//      CPU in 10 ms clock ticks: each reading spans a whole round or batch, never one stream.
 //
 //   node native-bench/translate-exchange.bench.ts [--quick]
 // (also run by `npm run bench`). Prints one table; exits 0 unless it crashed — a missed target
@@ -56,6 +59,9 @@ const TP_ROUNDS = QUICK ? 3 : 10
 const MODEL = 'gpt-4o-mini'
 const LATENCY = 'ttft=20 tokens=50 interval=10'
 const THROUGHPUT = 'tokens=2000 interval=0'
+const TINY = 'tokens=1'
+const PER_EX_BATCHES = QUICK ? 3 : 6 // of PER_EX_BATCH one-delta streams in sequence per path, paths interleaved
+const PER_EX_BATCH = 20
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 const deadline = (ms: number) => new Promise<null>((resolve) => setTimeout(() => resolve(null), ms).unref())
@@ -193,6 +199,21 @@ async function round (p: Path, n: number, payload: Buffer, acc: Acc | null): Pro
   }
 }
 
+/**
+ * n streams one after the other on p, the gateway's CPU read once around all of them
+ * (/proc counts CPU in clock ticks of 10 ms: one reading per batch, not per stream).
+ */
+async function sequence (p: Path, n: number, payload: Buffer, acc: Acc): Promise<void> {
+  const c0 = p.pid === null ? 0 : cpuMs(p.pid)
+  const rs: Result[] = []
+  for (let i = 0; i < n; i++) rs.push(await stream(p.origin, p.proto, payload))
+  acc.cpuMs += (p.pid === null ? 0 : cpuMs(p.pid)) - c0
+  for (const r of rs) {
+    if (!r.ok) { acc.errors++; acc.firstError ??= r.error; continue }
+    acc.streams++
+  }
+}
+
 function pct (xs: number[], p: number): number {
   if (xs.length === 0) return NaN
   const s = [...xs].sort((a, b) => a - b)
@@ -251,6 +272,12 @@ async function main (): Promise<void> {
   for (let r = 0; r < TP_ROUNDS; r++) {
     for (const p of paths) await round(p, TP_PAR, body(p, THROUGHPUT), tp[p.key])
   }
+  // 3. the fixed cost per exchange: one-delta streams in sequence, interleaved in batches
+  const perEx = Object.fromEntries(paths.map((p) => [p.key, newAcc()])) as Record<Key, Acc>
+  for (const p of paths) await round(p, 1, body(p, TINY), null) // warm-up
+  for (let b = 0; b < PER_EX_BATCHES; b++) {
+    for (const p of paths) await sequence(p, PER_EX_BATCH, body(p, TINY), perEx[p.key])
+  }
   const throttled = { sluice: qGw.throttled(), pass: qPass.throttled() }
   await Promise.all([stopChild(gw, 5000, 2000), stopChild(pass, 5000, 2000), stopChild(sim, 5000, 2000)])
   for (const q of live.quotas) q.remove()
@@ -279,9 +306,14 @@ async function main (): Promise<void> {
     ...paths.map((p) => p.pid === null ? '-' : f(per1k(tp[p.key], upTp))),
     '<=3', verdict(translated.map((k): [string, number, number] => [k, per1k(tp[k], upTp), 3]))])
   rows.push(['  translated / same-protocol (chat->chat), throughput', ...paths.map((p) => translated.includes(p.key) ? `${f(per1k(tp[p.key], upTp) / per1k(tp.chat, upTp))}x` : '-'), '-', ''])
+  const exMs = (k: Key) => perEx[k].cpuMs / perEx[k].streams
+  rows.push([`CPU ms per exchange (${PER_EX_BATCHES * PER_EX_BATCH} one-delta streams in sequence)`, ...paths.map((p) => p.pid === null ? '-' : f(exMs(p.key))), '-', ''])
+  // The throughput rounds less their exchanges' fixed cost: the per-event relay cost alone.
+  const perEvent = (k: Key) => (tp[k].cpuMs - tp[k].streams * exMs(k)) / (tp[k].streams * upTp / 1000)
+  rows.push(['  throughput CPU per 1000 events less the per-exchange cost', ...paths.map((p) => p.pid === null ? '-' : f(perEvent(p.key))), '-', ''])
   rows.push(['client frames per upstream frame, throughput', ...paths.map((p) => f(tp[p.key].frames / (tp[p.key].streams * upTp))), '-', ''])
 
-  const errs = paths.flatMap((p) => [[`lat.${p.key}`, lat[p.key]] as const, [`tp.${p.key}`, tp[p.key]] as const]).filter(([, a]) => a.errors > 0)
+  const errs = paths.flatMap((p) => [[`lat.${p.key}`, lat[p.key]] as const, [`tp.${p.key}`, tp[p.key]] as const, [`perExchange.${p.key}`, perEx[p.key]] as const]).filter(([, a]) => a.errors > 0)
   const q = (name: string, quota: Quota, ok: boolean, thr: string) => `${name}: ${quota.detail} ${ok ? 'held' : 'DID NOT HOLD'}${thr ? ` (${thr})` : ''}`
   console.log(`translate exchange bench — Node ${process.versions.node}, ${machine()}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures: compare within one run)`)
   console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
