@@ -32,8 +32,9 @@
 //      interleaved in batches of 20: the fixed cost; and the throughput figure less it. /proc counts
 //      CPU in 10 ms clock ticks: each reading spans a whole round or batch, never one stream.
 //
-//   node native-bench/translate-exchange.bench.ts [--quick]
-// (also run by `npm run bench`). Prints one table; exits 0 unless it crashed — a missed target
+//   node native-bench/translate-exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
+// (also run by `npm run bench`). --cpu-prof-dir runs sluice under `node --cpu-prof` and leaves
+// its profiles (primary and worker threads) in DIR. Prints one table; exits 0 unless it crashed — a missed target
 // is reported, never a failure. Bounded: about 40 s, --quick about 15 s, on an idle machine.
 
 import { createHash, randomBytes } from 'node:crypto'
@@ -46,6 +47,8 @@ import { cpuMs, launchChild, machine, makeQuota, stopChild, type Child, type Quo
 import { killAllSync, live } from '../src/load/run.ts'
 
 const QUICK = process.argv.includes('--quick')
+const profIdx = process.argv.indexOf('--cpu-prof-dir')
+const PROFILE_DIR = profIdx >= 0 ? process.argv[profIdx + 1] : undefined
 const HERE = fileURLToPath(new URL('.', import.meta.url))
 const BIN = fileURLToPath(new URL('../bin/sluice.ts', import.meta.url))
 const NODE = process.execPath
@@ -173,7 +176,8 @@ function startSluice (simUrl: string, quota: Quota) {
     // One Chat provider: the Responses and Messages routes reach gpt-4o* only by translation.
     providers: [{ name: 'sim-chat', protocol: 'openai-chat', baseUrl: simUrl, models: ['gpt-4o*'] }],
   }))
-  return startWithLine('sluice', quota.wrap(NODE, [BIN, 'serve', '--config', file]),
+  const prof = PROFILE_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []
+  return startWithLine('sluice', quota.wrap(NODE, [...prof, BIN, 'serve', '--config', file]),
     (line) => line.includes('"sluice ready"') ? (JSON.parse(line) as { port: number }).port : undefined,
     { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') })
 }
@@ -325,6 +329,7 @@ async function main (): Promise<void> {
   console.log(table(rows))
   console.log('')
   console.log(`errors: ${errs.length === 0 ? 'none' : errs.map(([k, a]) => `${k}=${a.errors} (first: ${a.firstError})`).join(', ')}`)
+  if (PROFILE_DIR !== undefined) console.log(`cpu profiles of sluice: ${PROFILE_DIR}`)
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
 }
 
