@@ -35,7 +35,8 @@
 //   node native-bench/translate-exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
 // (also run by `npm run bench`). --cpu-prof-dir runs sluice under `node --cpu-prof` and leaves
 // its profiles (primary and worker threads) in DIR. Prints one table; exits 0 unless it crashed — a missed target
-// is reported, never a failure. Bounded: about 40 s, --quick about 15 s, on an idle machine.
+// is reported, never a failure. Takes about 60 s (--quick 25 s) on the loaded 2-core host; past
+// 110 s no further round starts, and at 165 s it exits (run.ts kills a bench at 180 s).
 
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -65,6 +66,14 @@ const THROUGHPUT = 'tokens=2000 interval=0'
 const TINY = 'tokens=1'
 const PER_EX_BATCHES = QUICK ? 3 : 6 // of PER_EX_BATCH one-delta streams in sequence per path, paths interleaved
 const PER_EX_BATCH = 20
+
+// run.ts SIGKILLs a benchmark after 180 s, which would leave sluice running (it does not watch
+// its stdin): past SOFT_MS no further round starts (the report counts the rounds done), and
+// at HARD_MS the process exits, its 'exit' handler killing the children and the cgroups.
+const SOFT_MS = 110_000
+const HARD_MS = 165_000
+const late = () => performance.now() - STARTED > SOFT_MS
+setTimeout(() => { console.error(`translate-exchange bench: over its own ${HARD_MS / 1000} s bound, stopping`); void leave(1) }, HARD_MS).unref()
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 const deadline = (ms: number) => new Promise<null>((resolve) => setTimeout(() => resolve(null), ms).unref())
@@ -143,8 +152,26 @@ function stream (origin: string, proto: Proto, payload: Buffer): Promise<Result>
 // Processes (killed on the way out whatever happens: killAllSync of the load runner)
 
 const tmp = mkdtempSync(join(tmpdir(), 'sluice-translate-bench-'))
+/** Stops every child (SIGTERM, then SIGKILL), then removes the cgroups and the temporary files; once. */
+let cleaning: Promise<void> | null = null
+function cleanup (): Promise<void> {
+  cleaning ??= (async () => {
+    await agent.destroy().catch(() => {})
+    await Promise.all([...live.children].map((c) => stopChild(c, 3000, 2000)))
+    for (const q of live.quotas) q.remove()
+    try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+  })()
+  return cleaning
+}
+/** Leaves after the cleanup (a killed child must be reaped before its cgroup can go). */
+function leave (code: number): Promise<never> {
+  process.exitCode = code
+  setTimeout(() => process.exit(code), 8000).unref()
+  return cleanup().finally(() => process.exit(code)) as Promise<never>
+}
+// Last resort if the process exits without cleanup: SIGKILL what is left (the load runner's).
 process.on('exit', () => { killAllSync(); try { rmSync(tmp, { recursive: true, force: true }) } catch {} })
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => process.exit(130))
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => { void leave(130) })
 
 function launch (name: string, command: [string, string[]], onLine: (line: string) => boolean, env?: NodeJS.ProcessEnv): Child {
   const c = launchChild(name, command, onLine, { env })
@@ -267,19 +294,20 @@ async function main (): Promise<void> {
   // 1. latency at 32 streams, interleaved
   const lat = Object.fromEntries(paths.map((p) => [p.key, newAcc()])) as Record<Key, Acc>
   for (const p of paths) { await round(p, CONC, body(p, LATENCY), null); await sleep(30) } // warm-up
-  for (let r = 0; r < LAT_ROUNDS; r++) {
+  const done = { lat: 0, tp: 0, ex: 0 }
+  for (let r = 0; r < LAT_ROUNDS && (r === 0 || !late()); r++, done.lat++) {
     for (const p of paths) { await round(p, CONC, body(p, LATENCY), lat[p.key]); await sleep(30) }
   }
   // 2. throughput, interleaved
   const tp = Object.fromEntries(paths.map((p) => [p.key, newAcc()])) as Record<Key, Acc>
   for (const p of paths) await round(p, TP_PAR, body(p, THROUGHPUT), null) // warm-up
-  for (let r = 0; r < TP_ROUNDS; r++) {
+  for (let r = 0; r < TP_ROUNDS && (r === 0 || !late()); r++, done.tp++) {
     for (const p of paths) await round(p, TP_PAR, body(p, THROUGHPUT), tp[p.key])
   }
   // 3. the fixed cost per exchange: one-delta streams in sequence, interleaved in batches
   const perEx = Object.fromEntries(paths.map((p) => [p.key, newAcc()])) as Record<Key, Acc>
   for (const p of paths) await round(p, 1, body(p, TINY), null) // warm-up
-  for (let b = 0; b < PER_EX_BATCHES; b++) {
+  for (let b = 0; b < PER_EX_BATCHES && (b === 0 || !late()); b++, done.ex++) {
     for (const p of paths) await sequence(p, PER_EX_BATCH, body(p, TINY), perEx[p.key])
   }
   const throttled = { sluice: qGw.throttled(), pass: qPass.throttled() }
@@ -311,7 +339,7 @@ async function main (): Promise<void> {
     '<=3', verdict(translated.map((k): [string, number, number] => [k, per1k(tp[k], upTp), 3]))])
   rows.push(['  translated / same-protocol (chat->chat), throughput', ...paths.map((p) => translated.includes(p.key) ? `${f(per1k(tp[p.key], upTp) / per1k(tp.chat, upTp))}x` : '-'), '-', ''])
   const exMs = (k: Key) => perEx[k].cpuMs / perEx[k].streams
-  rows.push([`CPU ms per exchange (${PER_EX_BATCHES * PER_EX_BATCH} one-delta streams in sequence)`, ...paths.map((p) => p.pid === null ? '-' : f(exMs(p.key))), '-', ''])
+  rows.push([`CPU ms per exchange (${done.ex * PER_EX_BATCH} one-delta streams in sequence)`, ...paths.map((p) => p.pid === null ? '-' : f(exMs(p.key))), '-', ''])
   // The throughput rounds less their exchanges' fixed cost: the per-event relay cost alone.
   const perEvent = (k: Key) => (tp[k].cpuMs - tp[k].streams * exMs(k)) / (tp[k].streams * upTp / 1000)
   rows.push(['  throughput CPU per 1000 events less the per-exchange cost', ...paths.map((p) => p.pid === null ? '-' : f(perEvent(p.key))), '-', ''])
@@ -323,11 +351,12 @@ async function main (): Promise<void> {
   console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
   if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
   console.log(`sluice: 1 worker, provider sim-chat (openai-chat, gpt-4o*); every client asks for ${MODEL}: Responses and Messages clients are translated`)
-  console.log(`latency: #sim ${LATENCY} (${upLat} upstream frames), ${LAT_ROUNDS} rounds of ${CONC} streams started together, paths interleaved; added = path pXX - direct pXX`)
-  console.log(`throughput: #sim ${THROUGHPUT} (${upTp} upstream frames), ${TP_ROUNDS} rounds of ${TP_PAR} parallel streams, paths interleaved; gateway CPU = utime+stime of its process, all threads`)
+  console.log(`latency: #sim ${LATENCY} (${upLat} upstream frames), ${done.lat} rounds of ${CONC} streams started together, paths interleaved; added = path pXX - direct pXX`)
+  console.log(`throughput: #sim ${THROUGHPUT} (${upTp} upstream frames), ${done.tp} rounds of ${TP_PAR} parallel streams, paths interleaved; gateway CPU = utime+stime of its process, all threads`)
   console.log('')
   console.log(table(rows))
   console.log('')
+  if (done.lat < LAT_ROUNDS || done.tp < TP_ROUNDS || done.ex < PER_EX_BATCHES) console.log(`cut short past ${SOFT_MS / 1000} s: ${done.lat}/${LAT_ROUNDS} latency rounds, ${done.tp}/${TP_ROUNDS} throughput rounds, ${done.ex}/${PER_EX_BATCHES} per-exchange batches`)
   console.log(`errors: ${errs.length === 0 ? 'none' : errs.map(([k, a]) => `${k}=${a.errors} (first: ${a.firstError})`).join(', ')}`)
   if (PROFILE_DIR !== undefined) console.log(`cpu profiles of sluice: ${PROFILE_DIR}`)
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
@@ -339,8 +368,5 @@ try {
   console.error(err instanceof Error ? err.stack : err)
   process.exitCode = 1
 } finally {
-  await agent.destroy().catch(() => {})
-  await Promise.all([...live.children].map((c) => stopChild(c, 5000, 2000)))
-  for (const q of live.quotas) q.remove()
-  try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+  await cleanup()
 }
