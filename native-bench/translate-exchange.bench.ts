@@ -29,7 +29,7 @@
 //      client receives a different number of frames, shown alongside). The rounds include
 //      each exchange's fixed cost (8 per 2000-event round).
 //   3. the gateway's CPU per exchange, from one-delta streams (`tokens=1`) in sequence, paths
-//      interleaved in batches of 20: the fixed cost; and the throughput figure less it. /proc counts
+//      interleaved in batches of 40: the fixed cost; and the throughput figure less it. /proc counts
 //      CPU in 10 ms clock ticks: each reading spans a whole round or batch, never one stream.
 //
 //   node native-bench/translate-exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
@@ -65,7 +65,7 @@ const LATENCY = 'ttft=20 tokens=50 interval=10'
 const THROUGHPUT = 'tokens=2000 interval=0'
 const TINY = 'tokens=1'
 const PER_EX_BATCHES = QUICK ? 3 : 6 // of PER_EX_BATCH one-delta streams in sequence per path, paths interleaved
-const PER_EX_BATCH = 20
+const PER_EX_BATCH = 40
 
 // run.ts SIGKILLs a benchmark after 180 s, which would leave sluice running (it does not watch
 // its stdin): past SOFT_MS no further round starts (the report counts the rounds done), and
