@@ -54,6 +54,12 @@ export interface AnswerTranslateSpec {
   /** issuerOf(provider protocol, provider name): the reasoning blobs' issuer. */
   issuer: string
   limits: AnswerLimits
+  /**
+   * A Responses client whose turn the conversation store keeps (worker/continuation.ts): the
+   * answer echoes `previous_response_id` and `store`, and its id and `output` (JSON array
+   * text) come back in AnswerOk.kept for the store's entry.
+   */
+  state?: { previousResponseId: string | null, store: boolean, keep: boolean }
 }
 
 export interface AnswerOk {
@@ -65,6 +71,8 @@ export interface AnswerOk {
   nodes: number
   /** With AnswerTask.translate: `body` is the client's answer, not the provider's bytes. */
   translated?: true
+  /** With translate.state.keep: the Responses answer's id and its `output` items (a JSON array text). */
+  kept?: { id: string, output: Uint8Array }
 }
 
 export interface AnswerRefusal {
@@ -112,8 +120,18 @@ export function readAnswer (task: AnswerTask): AnswerResult {
   if (task.translate === undefined) return { ok: true, body, usage: usageOut, depth: shape.depth, nodes: shape.nodes }
   const { to, request, issuer, limits: out } = task.translate
   let bytes: Uint8Array
+  let kept: AnswerOk['kept']
   try {
-    bytes = encoder.encode(JSON.stringify(translateAnswer(task.protocol, to, value, { request, issuer, limits: out })))
+    const answer = translateAnswer(task.protocol, to, value, { request, issuer, limits: out }) as Record<string, unknown>
+    const state = task.translate.state
+    if (state !== undefined && to === 'openai-responses') {
+      answer.previous_response_id = state.previousResponseId
+      answer.store = state.store
+      if (state.keep && typeof answer.id === 'string' && Array.isArray(answer.output) && (answer.status === 'completed' || answer.status === 'incomplete')) {
+        kept = { id: answer.id, output: encoder.encode(JSON.stringify(answer.output)) }
+      }
+    }
+    bytes = encoder.encode(JSON.stringify(answer))
   } catch (err) {
     const e = SluiceError.from(err)
     return e.code === 'internal_error' ? refuse('internal_error', {}, 'the provider\'s answer could not be translated') : refuse(e.code, e.details, e.message)
@@ -121,7 +139,9 @@ export function readAnswer (task: AnswerTask): AnswerResult {
   if (bytes.byteLength > out.maxOutputBytes) {
     return refuse('output_too_large', { reason: 'bytes', limit: out.maxOutputBytes }, `the translated answer is larger than ${out.maxOutputBytes} bytes (limits.maxOutputBytes)`)
   }
-  return { ok: true, body: bytes, usage: usageOut, depth: shape.depth, nodes: shape.nodes, translated: true }
+  const ok: AnswerOk = { ok: true, body: bytes, usage: usageOut, depth: shape.depth, nodes: shape.nodes, translated: true }
+  if (kept !== undefined) ok.kept = kept
+  return ok
 }
 
 function refuse (code: ErrorCode, details: ErrorDetails, message: string): AnswerRefusal {
