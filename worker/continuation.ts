@@ -33,6 +33,9 @@ import { entryPayload, joinPayloads, type BlobBytes } from '../src/state/items.t
 import type { ConversationStore } from '../src/state/store.ts'
 import type { ExchangeScope } from './scope.ts'
 
+/** What a Responses request without previous_response_id or `store: false` means (prepare reports only the rest). */
+export const DEFAULT_STATE: StateInfo = Object.freeze({ previousResponseId: null, store: true })
+
 /** What the exchange's log line says about conversation state. */
 export interface ContinuationRecord {
   previousResponseId: string | null
@@ -64,11 +67,11 @@ export class Continuation {
   }
 
   /**
-   * Step 1. Null when the store is off or the route reported nothing (the translator then
-   * refuses a previous_response_id by name). Throws the chain's refusal.
+   * Step 1. Null when the store is off (the translator then refuses a previous_response_id
+   * by name). Throws the chain's refusal.
    */
-  static begin (store: ConversationStore | null, scope: ExchangeScope, keyName: string, state: StateInfo | undefined): Continuation | null {
-    if (store === null || state === undefined) return null
+  static begin (store: ConversationStore | null, scope: ExchangeScope, keyName: string, state: StateInfo): Continuation | null {
+    if (store === null) return null
     const c = new Continuation(store, scope, keyName, state)
     const id = state.previousResponseId
     if (id === null) return c

@@ -28,7 +28,7 @@ import { Router } from '../src/routing.ts'
 import { NO_TRACE, type ExchangeTrace } from '../src/telemetry/tracing.ts'
 import type { Accepted } from './accept.ts'
 import { readBody } from './body.ts'
-import { Continuation } from './continuation.ts'
+import { Continuation, DEFAULT_STATE } from './continuation.ts'
 import { newRecord, type ExchangeDeps, type ExchangeRecord } from './deps.ts'
 import { headerExcerpt, relayBuffered, relayStream, type Outcome } from './relay.ts'
 import { relayTranslatedStream, ScopeBudget, translatedHeaders } from './relay-translated.ts'
@@ -214,7 +214,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       trace.set({ 'sluice.translated': rec.translated })
       // Conversation state (worker/continuation.ts): a previous_response_id is expanded from
       // the store, or refused with its code, before anything goes upstream.
-      cont = route === 'responses' ? Continuation.begin(deps.continuations, scope, accepted.key.name, prepared.state) : null
+      cont = route === 'responses' ? Continuation.begin(deps.continuations, scope, accepted.key.name, prepared.state ?? DEFAULT_STATE) : null
       rec.continuation = cont?.record ?? null
       const c = cont
       let t: PrepareOk

@@ -77,7 +77,7 @@ export interface ContinuationTask {
   keep?: { blobThreshold: number }
 }
 
-/** What the client said about conversation state (responses route only). */
+/** What the client said about conversation state (responses route only; absent: none, store: true). */
 export interface StateInfo {
   /** `previous_response_id` when it is a non-empty string, else null (any other value stays in the body). */
   previousResponseId: string | null
@@ -123,7 +123,7 @@ export interface PrepareOk {
   envelope?: EnvelopeInfo
   /** With PrepareTask.translate: `body` is the provider's body, translated. */
   translation?: TranslationInfo
-  /** The responses route (plain and envelope bodies): previous_response_id and store. */
+  /** The responses route (plain and envelope bodies): previous_response_id and store, only when not the defaults (none, store: true). */
   state?: StateInfo
   /**
    * With PrepareTask.continuation.keep: this turn's own input items (the client's `input`
@@ -399,10 +399,12 @@ function shapeOf (fields: Record<string, unknown>, route: Route): Shape | Prepar
     stream: route === 'count_tokens' ? false : stream === true,
     sessionHint: sessionHintOf(route, fields),
   }
-  // Only reported: a same-protocol route forwards both untouched, a translated one acts on them.
+  // Only reported: a same-protocol route forwards both untouched, a translated one acts on
+  // them. Absent means the defaults: no previous response, store: true.
   if (route === 'responses') {
     const prev = fields.previous_response_id
-    shape.state = { previousResponseId: typeof prev === 'string' && prev.length > 0 ? prev : null, store: fields.store !== false }
+    const state: StateInfo = { previousResponseId: typeof prev === 'string' && prev.length > 0 ? prev : null, store: fields.store !== false }
+    if (state.previousResponseId !== null || !state.store) shape.state = state
   }
   return shape
 }

@@ -96,7 +96,7 @@ t.test('multi-turn chains through Chat and Messages providers, across workers, s
           at = Math.max(at, next)
         }
         if (turn >= 2 && callId !== null) {
-          t.ok(wire.includes(callId) || sent[0].json !== null, `${tag} turn ${turn}: the tool call is in the history`)
+          t.ok(wire.includes(JSON.stringify(callId)), `${tag} turn ${turn}: the tool call is in the history`)
           t.ok(wire.includes(`${tag} tool result`), `${tag} turn ${turn}: the tool result is in the history`)
         }
         prev = r.id
