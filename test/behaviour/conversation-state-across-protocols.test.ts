@@ -184,6 +184,9 @@ t.test('the caps: an oversize entry, eviction under pressure with a pinned blob,
   t.equal(next.json.code, 'continuation_expired', 'the tombstoned id answers with its code')
   t.equal(next.json.id, big.json.id)
   t.equal(next.json.reason, 'not_continuable')
+  const refusedLine = (): boolean => rig.gw.logs.some(l => { try { return JSON.parse(l).continuation?.stored === 'entry_too_large' } catch { return false } })
+  await until(refusedLine, 'the exchange\'s log line names the refused write')
+  t.ok(refusedLine(), 'the exchange\'s log line names the refused write')
 
   // A turn with a large tool output (a blob): A1, then A2 continues it slowly. While A2 runs,
   // other conversations' blobs push the store past its blob cap: A1's entry is evicted, its
@@ -223,6 +226,28 @@ t.test('the caps: an oversize entry, eviction under pressure with a pinned blob,
   const stale = await post(rig, { model: 'claude-opus-5-5', input: 'go on', previous_response_id: done?.id })
   t.equal(stale.json.code, 'continuation_expired', 'A2 itself is stored, but its parent is gone: the chain is refused whole')
   await idle(t, rig, 'caps')
+})
+
+t.test('a worker\'s death loses nothing of the store; its pins are reclaimed', async (t) => {
+  const rig = await startRig({ workers: 2, limits: { continuationBlobThreshold: 1024 } })
+  t.teardown(() => rig.close())
+  const c1 = await clientOnRow(rig.gw.port, 1)
+  const killer = await clientOnRow(rig.gw.port, 1)
+  t.teardown(async () => { await Promise.all([c1.destroy(), killer.destroy()]) })
+  const root = await post(rig, { model: 'gpt-4o-mini', input: [{ role: 'user', content: 'root\n#sim tokens=2' }, { role: 'user', content: [{ type: 'input_text', text: 'R'.repeat(8192) }] }] })
+  t.equal(root.status, 200)
+  // A slow continuation on row 1 pins the root's blob; row 1 dies under it.
+  const slow = sdk(rig, c1).responses.create({ model: 'gpt-4o-mini', input: 'slowly\n#sim tokens=50 interval=100', previous_response_id: String(root.json.id), stream: true })
+    .then(async (s) => { for await (const e of s) void e; return 'ended' }).catch((err: unknown) => `cut: ${String(err)}`)
+  await until(async () => await metric(rig, 'sluice_continuation_pins') > 0, 'the slow turn pins the blob')
+  await (await killer.request({ method: 'GET', path: '/_test/exit' })).body.text()
+  t.ok(await slow, 'the stream on the dead worker ended')
+  await until(async () => await metric(rig, 'sluice_continuation_pins') === 0, 'the dead row\'s pins are reclaimed')
+  t.ok(await metric(rig, 'sluice_continuation_pins_reclaimed_total') >= 1, 'counted as reclaimed')
+  const again = await post(rig, { model: 'gpt-4o-mini', input: 'after the death\n#sim tokens=2', previous_response_id: root.json.id })
+  t.equal(again.status, 200, 'the chain continues on the surviving worker')
+  t.ok(JSON.stringify(rig.bodies[rig.bodies.length - 1].json).includes('R'.repeat(8192)), 'with its blob')
+  await idle(t, rig, 'after the death')
 })
 
 t.test('expiry: an entry older than continuationTtlMs is continuation_expired', async (t) => {
