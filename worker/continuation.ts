@@ -41,7 +41,7 @@ export interface ContinuationRecord {
   previousResponseId: string | null
   /** Turns in the expanded chain (0: none named). */
   turns: number
-  /** 'stored', 'not_stored' (store: false), a put refusal (entry_too_large, no_room, blob_missing), or 'none' (no complete answer). */
+  /** 'stored', 'not_stored' (store: false), a put refusal (entry_too_large, no_room, blob_missing; internal_error: a bug), or 'none' (no complete answer). */
   stored: string
 }
 
@@ -146,6 +146,9 @@ export class Continuation {
         blobs: turn.blobs,
       })
       this.record.stored = r.ok ? 'stored' : r.reason
+    } catch {
+      // Never the response's failure: the client gets its answer; the id is just not kept.
+      this.record.stored = 'internal_error'
     } finally {
       this.dropTurn()
     }

@@ -11,6 +11,7 @@ import { fetch as undiciFetch, request, type Client } from 'undici'
 import { sha256Hex } from '../../src/config/load.ts'
 import { KEY, startRig, type Rig } from '../helpers/exchange.ts'
 import { clientOnRow, until, waitIdle } from '../helpers/gateway.ts'
+import { rpc } from '../helpers/sse.ts'
 
 const OTHER = 'sk-another-gateway-key-9876543210'
 const KEYS = [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }, { name: 'other', sha256: sha256Hex(OTHER), models: ['*'] }]
@@ -116,6 +117,8 @@ t.test('multi-turn chains through Chat and Messages providers, across workers, s
   t.equal(unknown.json.id, 'resp_never_issued', 'the refusal names the id')
   t.equal(rig.bodies.filter(b => JSON.stringify(b.json).includes('resp_never_issued')).length, 0, 'nothing was sent upstream')
 
+  const ephemeralParent = (await on[0].responses.create({ model: 'gpt-4o-mini', input: 'parent for rpc\n#sim tokens=2' })).id
+
   // store: false keeps nothing.
   const entries = await metric(rig, 'sluice_continuation_entries')
   const ephemeral = await on[1].responses.create({ model: 'gpt-4o-mini', input: 'do not keep this\n#sim tokens=3', store: false })
@@ -123,6 +126,14 @@ t.test('multi-turn chains through Chat and Messages providers, across workers, s
   t.equal(await metric(rig, 'sluice_continuation_entries'), entries, 'store: false adds no entry')
   const after = await post(rig, { model: 'gpt-4o-mini', input: 'next', previous_response_id: ephemeral.id })
   t.equal(after.json.code, 'continuation_not_found', 'an unstored response cannot be continued')
+
+  // JSON-RPC session/prompt runs the same exchange: a chain continues through it, and on.
+  const viaRpc = await rpc(rig.url, KEY, 'session/prompt', { sessionId: 'rpc-chain', route: 'responses', body: { model: 'claude-opus-5-5', input: 'rpc turn\n#sim tokens=2', previous_response_id: ephemeralParent } })
+  const rpcBody = (viaRpc.json.result as { body: Record<string, unknown> } | undefined)?.body
+  t.equal(rpcBody?.previous_response_id, ephemeralParent, `an RPC turn continues a chain (${viaRpc.text.slice(0, 200)})`)
+  t.ok(JSON.stringify(rig.bodies[rig.bodies.length - 1].json).includes('parent for rpc'), 'with its history')
+  const afterRpc = await post(rig, { model: 'gpt-4o-mini', input: 'after rpc\n#sim tokens=2', previous_response_id: rpcBody?.id })
+  t.equal(afterRpc.status, 200, 'and the RPC turn is itself continuable')
 
   // Same protocol: the provider keeps its own state; the bytes go through untouched.
   const same = JSON.stringify({ model: 'gpt-5.5', input: 'same protocol\n#sim tokens=2', previous_response_id: 'resp_provider_side_1', store: true })
