@@ -13,6 +13,13 @@
 //            table, dropped hosted tools, the client's stream flags), never the messages.
 //            On the count_tokens route there is nothing to send upstream: the body is the
 //            client's answer `{"input_tokens":N}` (countTokensEstimate) and `estimate` says so.
+//         -> conversation state (only with `task.continuation`, a translated responses route,
+//            worker/continuation.ts): the stored chain (`history`, blobs restored) goes in
+//            front of the client's `input` and `previous_response_id` is dropped, before the
+//            translation; with `keep`, this turn's own input items come back (`turn`: a JSON
+//            array text, strings over the blob threshold split out as blobs) for the store.
+//            The plain parse of a responses body reports `state` (previous_response_id,
+//            store) when it is not the default, and changes nothing else.
 //
 // Request translation is parsing (issue 12): it runs here, under the caller's parse permit, in
 // the same pool hop as the checks. Envelopes ('exchange' / 'rpc') are not translated in the
