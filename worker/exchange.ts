@@ -86,6 +86,8 @@ export function finishRecord (deps: ExchangeDeps, rec: ExchangeRecord, trace: Ex
     'sluice.release_ms': rec.releaseMs,
     'sluice.usage.input_tokens': rec.usage?.inputTokens,
     'sluice.usage.output_tokens': rec.usage?.outputTokens,
+    'sluice.continuation.turns': rec.continuation?.turns,
+    'sluice.continuation.stored': rec.continuation?.stored,
   })
   deps.log(rec as unknown as Record<string, unknown>)
 }
