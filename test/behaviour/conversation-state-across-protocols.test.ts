@@ -146,6 +146,26 @@ t.test('multi-turn chains through Chat and Messages providers, across workers, s
   await idle(t, rig, 'after the refusals')
 })
 
+t.test('reasoning kept in a chain goes back to the provider that issued it (Messages thinking before a tool call)', async (t) => {
+  const rig = await startRig({ workers: 1 })
+  t.teardown(() => rig.close())
+  const tools = [{ type: 'function', name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } }]
+  const r1 = await post(rig, { model: 'claude-opus-5-5', input: 'think then call\n#sim thinking=2 tools=1', tools, reasoning: { effort: 'medium' }, max_output_tokens: 4096 })
+  t.equal(r1.status, 200, 'turn 1 answered')
+  const output = r1.json.output as Array<Record<string, unknown>>
+  const call = output.find(o => o.type === 'function_call')
+  t.ok(output.some(o => o.type === 'reasoning' && typeof o.encrypted_content === 'string'), 'the answer has reasoning with its opaque content')
+  const r2 = await post(rig, { model: 'claude-opus-5-5', input: [{ type: 'function_call_output', call_id: call?.call_id, output: 'found it' }], previous_response_id: r1.json.id, tools, reasoning: { effort: 'medium' }, max_output_tokens: 4096 })
+  t.equal(r2.status, 200, `the continued turn is accepted (${r2.text.slice(0, 200)})`)
+  const wire = rig.bodies[rig.bodies.length - 1].json as { messages: Array<{ role: string, content: Array<Record<string, unknown>> }> }
+  const assistant = wire.messages.find(m => m.role === 'assistant')
+  const blocks = assistant?.content ?? []
+  const thinking = blocks.findIndex(b => b.type === 'thinking' && typeof b.signature === 'string' && b.signature.length > 0)
+  const toolUse = blocks.findIndex(b => b.type === 'tool_use')
+  t.ok(thinking >= 0 && toolUse > thinking, 'the thinking block goes back signed, before the tool_use')
+  await idle(t, rig, 'reasoning chain')
+})
+
 t.test('a chain of 200 turns: the store grows linearly (each turn adds only what it added)', async (t) => {
   const rig = await startRig({ workers: 2 })
   t.teardown(() => rig.close())
