@@ -27,6 +27,7 @@
 // The store off (limits.continuationBytes 0): there is no object; the request translator
 // refuses previous_response_id by name (src/translate/request/responses.ts).
 
+import { randomBytes } from 'node:crypto'
 import { SluiceError } from '../src/errors.ts'
 import type { ContinuationTask, PrepareOk, StateInfo } from '../src/json/prepare.ts'
 import { entryPayload, joinPayloads, type BlobBytes } from '../src/state/items.ts'
@@ -124,9 +125,17 @@ export class Continuation {
     this.turnBytes = n
   }
 
-  /** What the response objects echo (previous_response_id, store) and whether to keep the output. */
-  get state (): { previousResponseId: string | null, store: boolean, keep: boolean } {
-    return { previousResponseId: this.record.previousResponseId, store: this.keep, keep: this.keep && this.turn !== null }
+  /**
+   * What the response objects echo (previous_response_id, store) and whether to keep the
+   * output. A kept turn's id gets a random suffix of the gateway's (`resp_<provider id>_<12
+   * hex>`): the id is the store's key, and a provider that repeats its ids (some local
+   * servers do) must not make one conversation overwrite another's turn.
+   */
+  get state (): { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string } {
+    const keep = this.keep && this.turn !== null
+    const s: { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string } = { previousResponseId: this.record.previousResponseId, store: this.keep, keep }
+    if (keep) s.idSuffix = '_' + randomBytes(6).toString('hex')
+    return s
   }
 
   /**

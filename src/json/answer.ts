@@ -59,7 +59,7 @@ export interface AnswerTranslateSpec {
    * answer echoes `previous_response_id` and `store`, and its id and `output` (JSON array
    * text) come back in AnswerOk.kept for the store's entry.
    */
-  state?: { previousResponseId: string | null, store: boolean, keep: boolean }
+  state?: { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string }
 }
 
 export interface AnswerOk {
@@ -127,6 +127,7 @@ export function readAnswer (task: AnswerTask): AnswerResult {
     if (state !== undefined && to === 'openai-responses') {
       answer.previous_response_id = state.previousResponseId
       answer.store = state.store
+      if (state.idSuffix !== undefined && typeof answer.id === 'string') answer.id += state.idSuffix
       if (state.keep && typeof answer.id === 'string' && Array.isArray(answer.output) && (answer.status === 'completed' || answer.status === 'incomplete')) {
         kept = { id: answer.id, output: encoder.encode(JSON.stringify(answer.output)) }
       }

@@ -119,6 +119,15 @@ t.test('multi-turn chains through Chat and Messages providers, across workers, s
 
   const ephemeralParent = (await on[0].responses.create({ model: 'gpt-4o-mini', input: 'parent for rpc\n#sim tokens=2' })).id
 
+  // The same body twice: the provider (the sim is deterministic) repeats its id, the gateway
+  // does not: each kept turn has its own id, so no conversation overwrites another's turn.
+  const twin = { model: 'gpt-4o-mini', input: 'twin\n#sim tokens=2' }
+  const [ta, tb] = [await on[0].responses.create(twin), await on[1].responses.create(twin)]
+  t.equal(ta.id.slice(0, -13), tb.id.slice(0, -13), 'the provider gave both the same id')
+  t.not(ta.id, tb.id, 'identical provider answers, distinct response ids')
+  const [ca, cb] = [await post(rig, { model: 'gpt-4o-mini', input: 'twin A', previous_response_id: ta.id }), await post(rig, { model: 'gpt-4o-mini', input: 'twin B', previous_response_id: tb.id })]
+  t.ok(ca.status === 200 && cb.status === 200, 'both continue')
+
   // store: false keeps nothing.
   const entries = await metric(rig, 'sluice_continuation_entries')
   const ephemeral = await on[1].responses.create({ model: 'gpt-4o-mini', input: 'do not keep this\n#sim tokens=3', store: false })

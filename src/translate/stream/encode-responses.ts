@@ -161,7 +161,9 @@ export class ResponsesEncoder implements StreamEncoder {
     if (this.error !== null || this.finished) return
     switch (e.type) {
       case 'start': {
-        this.#id = responseId(e.id)
+        // A kept turn's id is the store's key: a suffix of the gateway's own makes it unique
+        // even for a provider that repeats its ids (worker/continuation.ts).
+        this.#id = responseId(e.id) + (this.#o.state?.idSuffix ?? '')
         this.#base = this.#id.slice(5)
         this.#model = e.model !== '' ? e.model : this.#o.request.model
         this.#createdAt = e.created ?? Math.floor(Date.now() / 1000)

@@ -21,7 +21,7 @@ export interface EncoderOptions {
    * response objects echo `previous_response_id` and `store`; with `keep`, the terminal's id
    * and `output` are kept for takeKept().
    */
-  state?: { previousResponseId: string | null, store: boolean, keep: boolean }
+  state?: { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string }
 }
 
 export interface StreamEncoder extends EventSink {
