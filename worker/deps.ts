@@ -14,6 +14,7 @@ import type { Signer } from '../src/sse/sign.ts'
 import type { ConversationStore } from '../src/state/store.ts'
 import type { Tracing } from '../src/telemetry/tracing.ts'
 import type { Admission } from './admission.ts'
+import type { ContinuationRecord } from './continuation.ts'
 import type { Authenticator } from './auth.ts'
 import type { Background } from './background.ts'
 import type { TurnPins } from './turns.ts'
@@ -77,6 +78,8 @@ export interface ExchangeRecord {
   translated: string | null
   /** Hosted tools left out of a translated provider request (null when none). */
   droppedTools: string[] | null
+  /** Conversation state on a translated Responses route (worker/continuation.ts); null otherwise. */
+  continuation: ContinuationRecord | null
 }
 
 export function newRecord (fields: Pick<ExchangeRecord, 'exchangeId' | 'runId' | 'route' | 'mode'> & Partial<ExchangeRecord>): ExchangeRecord {
@@ -104,6 +107,7 @@ export function newRecord (fields: Pick<ExchangeRecord, 'exchangeId' | 'runId' |
     releaseMs: null,
     translated: null,
     droppedTools: null,
+    continuation: null,
     ...fields,
   }
 }

@@ -17,7 +17,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError } from '../src/errors.ts'
-import type { PrepareOk, PrepareTask, TranslateSpec, TranslationInfo } from '../src/json/prepare.ts'
+import type { ContinuationTask, PrepareOk, PrepareTask, TranslateSpec, TranslationInfo } from '../src/json/prepare.ts'
 import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
 import { PROTOCOL_ROUTE, ROUTE_PATH, ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
@@ -28,6 +28,7 @@ import { Router } from '../src/routing.ts'
 import { NO_TRACE, type ExchangeTrace } from '../src/telemetry/tracing.ts'
 import type { Accepted } from './accept.ts'
 import { readBody } from './body.ts'
+import { Continuation, DEFAULT_STATE } from './continuation.ts'
 import { newRecord, type ExchangeDeps, type ExchangeRecord } from './deps.ts'
 import { headerExcerpt, relayBuffered, relayStream, type Outcome } from './relay.ts'
 import { relayTranslatedStream, ScopeBudget, translatedHeaders } from './relay-translated.ts'
@@ -85,6 +86,8 @@ export function finishRecord (deps: ExchangeDeps, rec: ExchangeRecord, trace: Ex
     'sluice.release_ms': rec.releaseMs,
     'sluice.usage.input_tokens': rec.usage?.inputTokens,
     'sluice.usage.output_tokens': rec.usage?.outputTokens,
+    'sluice.continuation.turns': rec.continuation?.turns,
+    'sluice.continuation.stored': rec.continuation?.stored,
   })
   deps.log(rec as unknown as Record<string, unknown>)
 }
@@ -135,6 +138,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
   let upstreamStarted = false
   let bodyBytes = scope.heldBytes
   let upstreamRes: Dispatcher.ResponseData | null = null
+  let cont: Continuation | null = null
   try {
     // 1. The session's turn. A cancel request from any worker (non-blocking cancel, JSON-RPC
     //    session/cancel) aborts this exchange.
@@ -211,7 +215,18 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     if (target !== client) {
       rec.translated = `${client}->${target}`
       trace.set({ 'sluice.translated': rec.translated })
-      const t = await underParsePhase(trace, () => prepare(deps, scope, route, prepared.body, signal, undefined, { to: target, issuer, model: prepared.model }))
+      // Conversation state (worker/continuation.ts): a previous_response_id is expanded from
+      // the store, or refused with its code, before anything goes upstream.
+      cont = route === 'responses' ? Continuation.begin(deps.continuations, scope, accepted.key.name, prepared.state ?? DEFAULT_STATE) : null
+      rec.continuation = cont?.record ?? null
+      const c = cont
+      let t: PrepareOk
+      try {
+        t = await underParsePhase(trace, () => prepare(deps, scope, route, prepared.body, signal, undefined, { to: target, issuer, model: prepared.model }, c?.task()))
+      } finally {
+        c?.prepared(null) // the history's bytes go back, whether the call succeeded or not
+      }
+      c?.prepared(t)
       prepared = { ...t, requestedModel: prepared.requestedModel }
       bodyBytes = prepared.body.byteLength
       if (route === 'count_tokens') {
@@ -278,10 +293,13 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
         const headers = translatedHeaders(rec, target, client, translation.droppedTools)
         if (rec.stream) {
           const budget = new ScopeBudget(scope, deps.ledger)
-          const translator = createStreamTranslator({ from: target, to: client, request: requestOf(translation), budget, issuer, limits, includeUsage: translation.includeUsage })
-          outcome = await relayTranslatedStream({ deps, rec, up, res, scope, signal, translator, budget, headers })
+          const translator = createStreamTranslator({ from: target, to: client, request: requestOf(translation), budget, issuer, limits, includeUsage: translation.includeUsage, ...(cont ? { state: cont.state } : {}) })
+          const c = cont
+          const onFinished = c ? (): void => { const k = translator.takeKept(); if (k !== null) c.commit(k.id, Buffer.from(k.output)) } : undefined
+          outcome = await relayTranslatedStream({ deps, rec, up, res, scope, signal, translator, budget, headers, onFinished })
         } else {
-          outcome = await relayBuffered({ deps, rec, route, up, res, scope, signal, translate: { provider: target, spec: { to: client, request: translation, issuer, limits }, headers } })
+          const c = cont
+          outcome = await relayBuffered({ deps, rec, route, up, res, scope, signal, translate: { provider: target, spec: { to: client, request: translation, issuer, limits, ...(c ? { state: c.state } : {}) }, headers, onKept: c ? (k) => c.commit(k.id, k.output) : undefined } })
         }
       }
     } catch (err) {
@@ -312,6 +330,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     deps.background.aborts.delete(cut)
     outer?.removeEventListener('abort', onOuterAbort)
     if (!upstreamStarted) scope.settle('upstream')
+    cont?.dropTurn()
     opts.deliver?.(rec)
     scope.settle('processing')
     rec.totalMs = performance.now() - started
@@ -338,7 +357,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
  * `body`'s bytes are reserved in `scope`; on return the prepared body's are instead (a
  * rewritten body is reserved before the original's bytes are returned).
  */
-export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc', translate?: TranslateSpec): Promise<PrepareOk> {
+export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: Route, body: Uint8Array, signal: AbortSignal, envelope?: 'exchange' | 'rpc', translate?: TranslateSpec, continuation?: ContinuationTask): Promise<PrepareOk> {
   const size = body.byteLength // the buffer is transferred to the parser: read it first
   // The body's ArrayBuffer is transferred to the parser (zero copy) and comes back; a crashed
   // parser settles (and so returns the permit) only after its thread's exit.
@@ -351,6 +370,7 @@ export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: 
   }
   if (envelope !== undefined) task.envelope = envelope
   if (translate !== undefined) task.translate = translate
+  if (continuation !== undefined) task.continuation = continuation
   const result = await scope.underParse(signal, () => deps.parser.prepare(task, { signal }))
   if (!result.ok) throw SluiceError.from({ code: result.error.code, details: result.error.details, message: result.error.message })
   if (result.body.byteLength !== size) {

@@ -82,6 +82,12 @@ export interface TranslatedContext {
   budget: ScopeBudget
   /** The headers the client gets (its protocol's content type, the exchange id, the pair). */
   headers: Record<string, string>
+  /**
+   * Called once, when the client's terminal event has been rendered and before it is
+   * written: the conversation store keeps the turn (worker/continuation.ts) before the
+   * client can see the end, so its next request finds it on any worker.
+   */
+  onFinished?: () => void
 }
 
 export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Outcome> {
@@ -98,6 +104,12 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
   let bytesOut = 0
   let framesIn = 0
   let failure: SluiceError | null = null
+  let finishedSeen = false
+  const onFinished = (): void => {
+    if (finishedSeen || !translator.finished || translator.failure !== null) return
+    finishedSeen = true
+    ctx.onFinished?.()
+  }
   // One write per upstream chunk, not per frame: the socket write is the relay's main cost.
   const write = (out: Buffer[]): boolean => {
     if (out.length === 0) return true
@@ -128,6 +140,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
           })
         }
         // The caller is about to see the stream's terminal event: its session may go on now.
+        onFinished()
         if (translator.finished) scope.releaseLane()
         const ok = write(out)
         if (translator.failure !== null) break
@@ -136,6 +149,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
       if (failure === null && translator.failure === null && !translator.finished) {
         // EOF: what the decoder still holds decides (a terminal never came -> its failure).
         const out = await scope.underParse(signal, () => translator.end())
+        onFinished()
         if (translator.finished) scope.releaseLane()
         write(out)
       }

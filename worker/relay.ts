@@ -21,7 +21,7 @@ import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
-import type { AnswerTranslateSpec } from '../src/json/answer.ts'
+import type { AnswerOk, AnswerTranslateSpec } from '../src/json/answer.ts'
 import { ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
 import type { Protocol } from '../src/translate/canonical.ts'
 import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
@@ -40,7 +40,7 @@ interface RelayContext {
   scope: ExchangeScope
   signal: AbortSignal
   /** A translated non-streaming answer: read and rendered for the client in the parser pool. */
-  translate?: { provider: Protocol; spec: AnswerTranslateSpec; headers: Record<string, string> }
+  translate?: { provider: Protocol; spec: AnswerTranslateSpec; headers: Record<string, string>; onKept?: (kept: NonNullable<AnswerOk['kept']>) => void }
 }
 
 /**
@@ -261,6 +261,8 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     if (signal.aborted) throw abortCause(signal)
     body = Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
     rec.usage = result.usage
+    // The conversation store keeps the turn before the client gets any of the answer.
+    if (result.kept !== undefined) ctx.translate?.onKept?.(result.kept)
   } catch (err) {
     scope.setFloating(0, 0)
     throw err

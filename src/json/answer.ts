@@ -59,6 +59,12 @@ export interface AnswerTranslateSpec {
   /** issuerOf(provider protocol, provider name): the reasoning blobs' issuer. */
   issuer: string
   limits: TranslateLimits
+  /**
+   * A Responses client whose turn the conversation store keeps (worker/continuation.ts): the
+   * answer echoes `previous_response_id` and `store`, and its id and `output` (JSON array
+   * text) come back in AnswerOk.kept for the store's entry.
+   */
+  state?: { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string }
 }
 
 export interface AnswerOk {
@@ -70,6 +76,8 @@ export interface AnswerOk {
   nodes: number
   /** With AnswerTask.translate: `body` is the client's answer, not the provider's bytes. */
   translated?: true
+  /** With translate.state.keep: the Responses answer's id and its `output` items (a JSON array text). */
+  kept?: { id: string, output: Uint8Array }
 }
 
 export interface AnswerRefusal {
@@ -122,11 +130,24 @@ export function readAnswer (task: AnswerTask): AnswerResult {
     const code = r.error.code
     return isErrorCode(code) && code !== 'internal_error' ? refuse(code, errorDetails(r.error), r.error.message) : refuse('internal_error', {}, 'the provider\'s answer could not be translated')
   }
-  const bytes = encoder.encode(JSON.stringify(r.body))
+  const answer = r.body
+  let kept: AnswerOk['kept']
+  const state = task.translate.state
+  if (state !== undefined && to === 'openai-responses') {
+    answer.previous_response_id = state.previousResponseId
+    answer.store = state.store
+    if (state.idSuffix !== undefined && typeof answer.id === 'string') answer.id += state.idSuffix
+    if (state.keep && typeof answer.id === 'string' && Array.isArray(answer.output) && (answer.status === 'completed' || answer.status === 'incomplete')) {
+      kept = { id: answer.id, output: encoder.encode(JSON.stringify(answer.output)) }
+    }
+  }
+  const bytes = encoder.encode(JSON.stringify(answer))
   if (bytes.byteLength > out.maxOutputBytes) {
     return refuse('output_too_large', { reason: 'bytes', limit: out.maxOutputBytes }, `the translated answer is larger than ${out.maxOutputBytes} bytes (limits.maxOutputBytes)`)
   }
-  return { ok: true, body: bytes, usage: usageOut, depth: shape.depth, nodes: shape.nodes, translated: true }
+  const ok: AnswerOk = { ok: true, body: bytes, usage: usageOut, depth: shape.depth, nodes: shape.nodes, translated: true }
+  if (kept !== undefined) ok.kept = kept
+  return ok
 }
 
 function refuse (code: ErrorCode, details: ErrorDetails, message: string): AnswerRefusal {

@@ -127,7 +127,17 @@ export class ParserPool {
     const body = transferable(task.body)
     const t: PrepareTask = { body, route: task.route, limits: task.limits, aliases: task.aliases, envelope: task.envelope }
     if (task.translate !== undefined) t.translate = task.translate
-    return await this.#run(t, body, 'this request body', opts) as PrepareResult
+    // A continuation's history goes over by transfer too (the caller reserved it and gives it up).
+    const extra: ArrayBuffer[] = []
+    if (task.continuation !== undefined) {
+      t.continuation = { ...task.continuation }
+      if (task.continuation.history !== undefined) {
+        const h = transferable(task.continuation.history)
+        t.continuation.history = h
+        extra.push(h.buffer)
+      }
+    }
+    return await this.#run(t, body, 'this request body', opts, extra) as PrepareResult
   }
 
   /**
@@ -145,11 +155,11 @@ export class ParserPool {
     return await this.#run(t, body, 'this provider answer', opts) as AnswerResult
   }
 
-  async #run (task: ParserTask, body: Uint8Array<ArrayBuffer>, what: string, opts: { signal?: AbortSignal }): Promise<PrepareResult | AnswerResult> {
+  async #run (task: ParserTask, body: Uint8Array<ArrayBuffer>, what: string, opts: { signal?: AbortSignal }, extra: ArrayBuffer[] = []): Promise<PrepareResult | AnswerResult> {
     const lostBefore = this.#lost
     let result: PrepareResult | AnswerResult
     try {
-      result = await this.#piscina.run(task, { transferList: [body.buffer], signal: opts.signal ?? null })
+      result = await this.#piscina.run(task, { transferList: [body.buffer, ...extra], signal: opts.signal ?? null })
     } catch (err) {
       this.#failed++
       // The caller holds the parse permit until this settles: wait for the dead thread.

@@ -13,6 +13,13 @@
 //            table, dropped hosted tools, the client's stream flags), never the messages.
 //            On the count_tokens route there is nothing to send upstream: the body is the
 //            client's answer `{"input_tokens":N}` (countTokensEstimate) and `estimate` says so.
+//         -> conversation state (only with `task.continuation`, a translated responses route,
+//            worker/continuation.ts): the stored chain (`history`, blobs restored) goes in
+//            front of the client's `input` and `previous_response_id` is dropped, before the
+//            translation; with `keep`, this turn's own input items come back (`turn`: a JSON
+//            array text, strings over the blob threshold split out as blobs) for the store.
+//            The plain parse of a responses body reports `state` (previous_response_id,
+//            store) when it is not the default, and changes nothing else.
 //
 // Request translation is parsing (issue 12): it runs here, under the caller's parse permit, in
 // the same pool hop as the checks. Envelopes ('exchange' / 'rpc') are not translated in the
@@ -30,6 +37,7 @@
 import { SluiceError, type ErrorCode, type ErrorDetails } from '../errors.ts'
 import type { Protocol } from '../translate/canonical.ts'
 import { countTokensEstimate, translateRequest } from '../translate/request/index.ts'
+import { historyItems, inputItems, MissingBlob, restoreBlobs, splitBlobs, type BlobBytes } from '../state/items.ts'
 import { summarise, type RequestSummary } from '../translate/summary.ts'
 import { checkJson, type JsonLimits } from './bounded.ts'
 import { replaceTopLevelMember } from './splice.ts'
@@ -55,6 +63,33 @@ export interface PrepareTask {
   aliases: Record<string, string>
   /** The model's provider speaks another protocol: translate the body (plain bodies only). */
   translate?: TranslateSpec
+  /** With `translate` on the responses route: conversation state (issue 13, src/state/items.ts). */
+  continuation?: ContinuationTask
+}
+
+/**
+ * A translated Responses request and the conversation store (worker/continuation.ts). The
+ * worker reads the chain from the store; the items are parsed here, where the request is.
+ */
+export interface ContinuationTask {
+  /**
+   * The chain `previous_response_id` names, as joinPayloads() (src/state/items.ts) made it,
+   * root first: its items are put before the request's own `input`, and
+   * `previous_response_id` is dropped, before the request is translated. Transferred.
+   */
+  history?: Uint8Array
+  /** The chain's blobs (the store's copies), for the references inside `history`. */
+  blobs?: BlobBytes[]
+  /** Return this turn's own input items for the store (PrepareOk.turn), strings over this split out as blobs. */
+  keep?: { blobThreshold: number }
+}
+
+/** What the client said about conversation state (responses route only; absent: none, store: true). */
+export interface StateInfo {
+  /** `previous_response_id` when it is a non-empty string, else null (any other value stays in the body). */
+  previousResponseId: string | null
+  /** The client's `store`: true unless it is `false` (the OpenAI API's default is true). */
+  store: boolean
 }
 
 export interface TranslateSpec {
@@ -95,6 +130,13 @@ export interface PrepareOk {
   envelope?: EnvelopeInfo
   /** With PrepareTask.translate: `body` is the provider's body, translated. */
   translation?: TranslationInfo
+  /** The responses route (plain and envelope bodies): previous_response_id and store, only when not the defaults (none, store: true). */
+  state?: StateInfo
+  /**
+   * With PrepareTask.continuation.keep: this turn's own input items (the client's `input`
+   * without the history), a JSON array text with blob references, and the blobs.
+   */
+  turn?: { input: Uint8Array, blobs: BlobBytes[] }
   /**
    * With PrepareTask.translate on the count_tokens route: the local estimate; `body` is then
    * the client's answer `{"input_tokens":N}` (nothing goes upstream).
@@ -143,18 +185,21 @@ export function prepare (task: PrepareTask): PrepareResult {
   }
 }
 
-function prepareOrThrow ({ body, route, limits, aliases, envelope, translate }: PrepareTask): PrepareResult {
+function prepareOrThrow ({ body, route, limits, aliases, envelope, translate, continuation }: PrepareTask): PrepareResult {
   if (translate !== undefined && envelope !== undefined) {
     return refusal('internal_error', { reason: 'an envelope is translated in a second call (its exchange body)' })
   }
   if (translate !== undefined && ROUTE_PROTOCOL[route] === translate.to) {
     return refusal('internal_error', { reason: 'a same-protocol route is relayed byte-exact, never translated' })
   }
+  if (continuation !== undefined && (translate === undefined || route !== 'responses')) {
+    return refusal('internal_error', { reason: 'conversation state is expanded only on a translated responses route' })
+  }
   const { depth, nodes } = checkJson(body, limits) // throws json_too_deep / json_too_many_nodes
   if (envelope !== undefined) return prepareEnvelope(body, envelope, aliases, depth, nodes)
   if (translate !== undefined) {
     try {
-      return prepareTranslated(body, route, aliases, translate, depth, nodes)
+      return prepareTranslated(body, route, aliases, translate, depth, nodes, continuation)
     } catch (err) {
       const e = SluiceError.from(err)
       if (e.code === 'internal_error') throw e
@@ -165,7 +210,7 @@ function prepareOrThrow ({ body, route, limits, aliases, envelope, translate }: 
   // splice below allocates a second copy of the body.
   const shape = readShape(body, route)
   if (!shape.ok) return shape
-  const { requestedModel, stream, sessionHint } = shape
+  const { requestedModel, stream, sessionHint, state } = shape
 
   let model = requestedModel
   let out = body
@@ -189,10 +234,11 @@ function prepareOrThrow ({ body, route, limits, aliases, envelope, translate }: 
 
   const result: PrepareOk = { ok: true, model, requestedModel, stream, body: out, rewritten, depth, nodes }
   if (sessionHint !== undefined) result.sessionHint = sessionHint
+  if (state !== undefined) result.state = state
   return result
 }
 
-function prepareTranslated (body: Uint8Array, route: Route, aliases: Record<string, string>, spec: TranslateSpec, depth: number, nodes: number): PrepareResult {
+function prepareTranslated (body: Uint8Array, route: Route, aliases: Record<string, string>, spec: TranslateSpec, depth: number, nodes: number, continuation?: ContinuationTask): PrepareResult {
   const parsed = parseBody(body)
   if (!parsed.ok) return parsed
   const value = parsed.value
@@ -205,6 +251,15 @@ function prepareTranslated (body: Uint8Array, route: Route, aliases: Record<stri
   const target = Object.hasOwn(aliases, requestedModel) ? aliases[requestedModel] : undefined
   const model = spec.model ?? (typeof target === 'string' && target.length > 0 ? target : requestedModel)
   const from = ROUTE_PROTOCOL[route]
+  // This turn's own items, before the history goes in front of them.
+  const own = continuation === undefined ? [] : inputItems((value as Record<string, unknown>).input)
+  if (continuation?.history !== undefined) {
+    const expanded = expandHistory(continuation.history, continuation.blobs ?? [])
+    if (!expanded.ok) return expanded
+    const v = value as Record<string, unknown>
+    v.input = [...expanded.items, ...own]
+    delete v.previous_response_id
+  }
   let result: PrepareOk
   if (route === 'count_tokens') {
     const estimate = countTokensEstimate(value) // throws invalid_request naming the field
@@ -215,9 +270,29 @@ function prepareTranslated (body: Uint8Array, route: Route, aliases: Record<stri
       : { from, to: spec.to, body: value, model, issuer: spec.issuer, reasoning: spec.reasoning }) // throws invalid_request naming the field
     const translation: TranslationInfo = { from, to: spec.to, ...summarise(out.request, value) }
     result = { ok: true, model, requestedModel, stream, body: encoder.encode(JSON.stringify(out.body)), rewritten: true, depth, nodes, translation }
+    if (continuation?.keep !== undefined) {
+      // After the translation (which only reads `own`): the entry the store keeps for this turn.
+      const split = splitBlobs(own, continuation.keep.blobThreshold)
+      result.turn = { input: encoder.encode(JSON.stringify(split.items)), blobs: split.blobs }
+    }
   }
   if (sessionHint !== undefined) result.sessionHint = sessionHint
   return result
+}
+
+/**
+ * The items of a stored chain, blobs restored. The history is the store's own bytes (each
+ * payload was a checked request's items or a translated answer's output), so it is parsed
+ * without the body caps; the pool thread's heap limit still bounds it. Anything unreadable is
+ * an honest continuation_expired, never a shorter conversation.
+ */
+function expandHistory (history: Uint8Array, blobs: readonly BlobBytes[]): { ok: true, items: unknown[] } | PrepareRefusal {
+  try {
+    const items = historyItems(JSON.parse(decoder.decode(history)))
+    return { ok: true, items: restoreBlobs(items, new Map(blobs.map(b => [b.hash, b.bytes]))) }
+  } catch (err) {
+    return refusal('continuation_expired', { field: 'previous_response_id', reason: err instanceof MissingBlob ? 'a stored blob is missing' : 'the stored chain is unreadable' })
+  }
 }
 
 interface Shape {
@@ -225,6 +300,7 @@ interface Shape {
   requestedModel: string
   stream: boolean
   sessionHint: string | undefined
+  state?: StateInfo
 }
 
 function prepareEnvelope (body: Uint8Array, kind: 'exchange' | 'rpc', aliases: Record<string, string>, depth: number, nodes: number): PrepareResult {
@@ -282,6 +358,7 @@ function prepareEnvelope (body: Uint8Array, kind: 'exchange' | 'rpc', aliases: R
     envelope: rpc ? { route, rpc } : { route },
   }
   if (shape.sessionHint !== undefined) result.sessionHint = shape.sessionHint
+  if (shape.state !== undefined) result.state = shape.state
   return result
 }
 
@@ -322,13 +399,21 @@ function shapeOf (fields: Record<string, unknown>, route: Route): Shape | Prepar
   if (stream !== undefined && stream !== null && typeof stream !== 'boolean') {
     return refusal('invalid_request', { field: 'stream', reason: 'must be a boolean' })
   }
-  return {
+  const shape: Shape = {
     ok: true,
     requestedModel,
     // count_tokens answers with one JSON object whatever the body says.
     stream: route === 'count_tokens' ? false : stream === true,
     sessionHint: sessionHintOf(route, fields),
   }
+  // Only reported: a same-protocol route forwards both untouched, a translated one acts on
+  // them. Absent means the defaults: no previous response, store: true.
+  if (route === 'responses') {
+    const prev = fields.previous_response_id
+    const state: StateInfo = { previousResponseId: typeof prev === 'string' && prev.length > 0 ? prev : null, store: fields.store !== false }
+    if (state.previousResponseId !== null || !state.store) shape.state = state
+  }
+  return shape
 }
 
 /**

@@ -33,6 +33,9 @@ export const IDLE_GAUGES = [
   'sluice_translation_item_bytes',
   'sluice_translation_output_bytes',
   'sluice_translations_active',
+  // The conversation store (issue 13): pins are held only by exchanges in flight.
+  'sluice_continuation_pins',
+  'sluice_continuation_blob_bytes_pinned',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */

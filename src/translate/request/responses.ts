@@ -22,7 +22,9 @@
 //   max_output_tokens, temperature, top_p            same
 //   reasoning {effort, summary}                      reasoning (enabled unless effort 'none')
 //   text.format {json_schema|json_object|text}       output
-//   previous_response_id, conversation, background   refused (conversation state is not translated yet)
+//   previous_response_id                             expanded before this decoder by the gateway's store
+//                                                    (worker/continuation.ts); seen here: refused (store off)
+//   conversation, background                         refused
 //   dropped: store, include, prompt_cache_key, prompt_cache_retention, client_metadata, metadata, user,
 //            safety_identifier, service_tier, truncation, text.verbosity, max_tool_calls, top_logprobs,
 //            stream_options, parallel hints of hosted tools
@@ -47,9 +49,14 @@ import {
 
 export function decodeResponsesRequest (body: unknown): CanonicalRequest {
   const b = obj(body, 'body')
-  for (const f of ['previous_response_id', 'conversation'] as const) {
-    if (b[f] !== undefined && b[f] !== null) throw invalid(f, 'is not supported on a translated route yet (conversation state is not kept for providers of another protocol): send the whole input')
+  // previous_response_id never reaches here when the gateway keeps conversation state: the
+  // parser pool puts the stored chain in front of `input` and drops it (src/json/prepare.ts,
+  // worker/continuation.ts). Seen here, the store is off (or the value is not an id).
+  if (b.previous_response_id !== undefined && b.previous_response_id !== null) {
+    if (typeof b.previous_response_id !== 'string' || b.previous_response_id === '') throw invalid('previous_response_id', 'must be a non-empty string (a response id)')
+    throw invalid('previous_response_id', 'conversation state is not kept on this gateway (limits.continuationBytes is 0) for providers of another protocol: send the whole input')
   }
+  if (b.conversation !== undefined && b.conversation !== null) throw invalid('conversation', 'is not supported on a translated route (conversations live in the client\'s OpenAI account): send the whole input, or previous_response_id')
   if (b.background === true) throw invalid('background', 'background responses are not supported on a translated route')
   if (b.prompt !== undefined && b.prompt !== null) throw invalid('prompt', 'stored prompt templates are not supported on a translated route')
   const req: CanonicalRequest = {

@@ -141,6 +141,9 @@ export class ResponsesEncoder implements StreamEncoder {
   /** Completed items for the terminal, and the bytes they were charged. */
   #items: Array<Record<string, unknown>> = []
   #itemBytes = 0
+  /** The terminal's id and output for the conversation store (EncoderOptions.state.keep). */
+  #kept: { id: string, output: string } | null = null
+  #keptBytes = 0
   error: ErrorEvent | null = null
   finished = false
   usage: Usage | null = null
@@ -160,7 +163,9 @@ export class ResponsesEncoder implements StreamEncoder {
     if (this.error !== null || this.finished) return
     switch (e.type) {
       case 'start': {
-        this.#id = responseId(e.id)
+        // A kept turn's id is the store's key: a suffix of the gateway's own makes it unique
+        // even for a provider that repeats its ids (worker/continuation.ts).
+        this.#id = responseId(e.id) + (this.#o.state?.idSuffix ?? '')
         this.#base = this.#id.slice(5)
         this.#model = e.model !== '' ? e.model : this.#o.request.model
         this.#createdAt = e.created ?? Math.floor(Date.now() / 1000)
@@ -184,9 +189,15 @@ export class ResponsesEncoder implements StreamEncoder {
         if (e.usage !== undefined) this.usage = e.usage
         const status = e.stop === 'length' || e.stop === 'content_filter' ? 'incomplete' : 'completed'
         const r = J(this.#response(status, this.#items, e.stop))
+        if (this.#o.state?.keep === true) {
+          const output = J(this.#items)
+          this.#keptBytes = Buffer.byteLength(output)
+          this.#budget.charge(this.#keptBytes, 'output')
+          this.#kept = { id: this.#id, output }
+        }
         this.#frame(status === 'completed' ? 'response.completed' : 'response.incomplete', `,"response":${r}`)
         this.finished = true
-        this.dispose()
+        this.#dropItems()
         return
       }
       case 'error':
@@ -197,7 +208,26 @@ export class ResponsesEncoder implements StreamEncoder {
   #response (status: string, output: unknown[], stop: StopReason | null): Record<string, unknown> {
     const o: Parameters<typeof responseObject>[0] = { id: this.#id, createdAt: this.#createdAt, model: this.#model, status, output, usage: status === 'in_progress' ? null : this.usage, request: this.#o.request }
     if (stop !== null) o.stop = stop
-    return responseObject(o)
+    const r = responseObject(o)
+    const st = this.#o.state
+    if (st !== undefined) {
+      r.previous_response_id = st.previousResponseId
+      r.store = st.store
+    }
+    return r
+  }
+
+  takeKept (): { id: string, output: string } | null {
+    const k = this.#kept
+    this.#kept = null
+    this.#releaseKept()
+    return k
+  }
+
+  #releaseKept (): void {
+    if (this.#keptBytes > 0) this.#budget.release(this.#keptBytes, 'output')
+    this.#keptBytes = 0
+    this.#kept = null
   }
 
   #start (index: number, item: ItemStart): void {
@@ -303,6 +333,11 @@ export class ResponsesEncoder implements StreamEncoder {
   }
 
   dispose (): void {
+    this.#dropItems()
+    this.#releaseKept()
+  }
+
+  #dropItems (): void {
     if (this.#itemBytes > 0) this.#budget.release(this.#itemBytes, 'output')
     this.#itemBytes = 0
     this.#items = []

@@ -17,6 +17,12 @@ export interface EncoderOptions {
   budget: TranslationBudget
   /** Chat clients: `stream_options.include_usage` (a usage chunk before [DONE]). */
   includeUsage?: boolean
+  /**
+   * Responses clients, with the gateway's conversation store (worker/continuation.ts): the
+   * response objects echo `previous_response_id` and `store`; with `keep`, the terminal's id
+   * and `output` are kept for takeKept().
+   */
+  state?: { previousResponseId: string | null, store: boolean, keep: boolean, idSuffix?: string }
 }
 
 export interface StreamEncoder extends EventSink {
@@ -32,6 +38,12 @@ export interface StreamEncoder extends EventSink {
   failureTail (record: FailureRecord, signature: string): Buffer
   /** Releases every byte the encoder holds (after a failure or an abort). */
   dispose (): void
+  /**
+   * Responses with `state.keep`, once `finished`: the response id the client saw and the
+   * terminal's `output` (a JSON array text); once, then null. Its bytes are charged to the
+   * budget ('output') from the terminal until taken or disposed.
+   */
+  takeKept? (): { id: string, output: string } | null
 }
 
 /**

@@ -50,6 +50,8 @@ export interface TranslatorOptions {
   lookup?: ToolLookup
   /** Chat clients: stream_options.include_usage (default: request.includeUsage). */
   includeUsage?: boolean
+  /** Responses clients with the conversation store: see EncoderOptions.state. */
+  state?: EncoderOptions['state']
 }
 
 export interface StreamTranslator {
@@ -66,6 +68,8 @@ export interface StreamTranslator {
   readonly usage: Usage | null
   failureTail (record: FailureRecord, signature: string): Buffer
   dispose (): void
+  /** Responses clients with `state.keep`, once finished: the id and output the store keeps (once). */
+  takeKept (): { id: string, output: string } | null
 }
 
 interface Decoder { frame (event: string | null, data: unknown): void; end (): void; readonly e: { ended: boolean; dispose (): void; fail (code: string, message: string): void; usage: Usage | null } }
@@ -96,6 +100,7 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
   const eo: EncoderOptions = { request: o.request, budget: o.budget }
   const includeUsage = o.includeUsage ?? o.request.includeUsage
   if (includeUsage !== undefined) eo.includeUsage = includeUsage
+  if (o.state !== undefined) eo.state = o.state
   const enc = encoder(o.to, eo)
   const dec = decoder(o.from, decoderOptions(o, enc))
   let tailed = false
@@ -133,6 +138,9 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
     dispose () {
       dec.e.dispose()
       enc.dispose()
+    },
+    takeKept () {
+      return enc.finished && enc.takeKept !== undefined ? enc.takeKept() : null
     },
   }
 }
