@@ -116,7 +116,10 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         scope.setFloating(framer.bufferedBytes, before + chunk.length + res.writableLength)
       } catch (err) {
         // No room to hold this chunk: none of it goes out, the stream ends here.
-        tracker.fail(SluiceError.from(err).code, 'the stream needed more bytes than the storage budget had')
+        // A chunk larger than the whole budget is the provider's output, not the caller's
+        // request: reported as the local capacity it is, never storage_request_too_large.
+        const code = SluiceError.from(err).code
+        tracker.fail(code === 'storage_request_too_large' ? 'storage_budget_exhausted' : code, 'the stream needed more bytes than the storage budget had')
         cut = 0
       }
       for (let i = 0; i < frames.length && cut > 0; i++) {
