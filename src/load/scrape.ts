@@ -33,6 +33,7 @@ export const IDLE_GAUGES = [
   'sluice_translation_item_bytes',
   'sluice_translation_output_bytes',
   'sluice_translations_active',
+  'sluice_provider_in_flight',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */
