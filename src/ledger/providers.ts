@@ -204,7 +204,7 @@ export class ProviderState {
         return { ok: false, reason: 'busy' }
       }
       if (this.tryClaim(best, bestN)) {
-        if (session !== null) this.remember(session, best.index, now)
+        if (session !== null && this.affinitySlots > 0) this.remember(session, best.index, now)
         return { ok: true, account: best.index, affinity: false }
       }
       // Another selector moved this account's count: look again.
@@ -281,6 +281,7 @@ export class ProviderState {
   // ---- session affinity (a cache; see Policy) ----
 
   private remembered (key: readonly [number, number]): number | null {
+    if (this.affinitySlots === 0) return null
     const i32 = this.core.i32
     const base = this.core.layout.affinity32
     const first = (key[0] >>> 0) % this.affinitySlots
@@ -295,6 +296,7 @@ export class ProviderState {
   }
 
   private remember (key: readonly [number, number], account: number, now: number): void {
+    if (this.affinitySlots === 0) return
     const i32 = this.core.i32
     const base = this.core.layout.affinity32
     const first = (key[0] >>> 0) % this.affinitySlots
