@@ -130,6 +130,8 @@ export class Upstreams {
     const tried = new Set<number>()
     const startedAt = Date.now()
     let last: SluiceError | null = null
+    let retryReason = -1
+    let retryDelay = 0
     for (let n = 0; ; n++) {
       // 1. The breaker of this provider + model.
       let probe = false
@@ -164,6 +166,8 @@ export class Upstreams {
         if (n > 0) {
           // The retry really happens now (the guard is structural: see the file header).
           if (r.committed?.() === true) { state.countRetryAfterCommit(); throw last ?? new SluiceError('internal_error') }
+          state.countRetry(retryReason)
+          r.event?.('retrying before the first byte', { 'sluice.attempt': n + 1, 'sluice.code': last?.code ?? '', 'sluice.delay_ms': retryDelay, 'sluice.account': sel.account })
         }
         const account = r.provider.accounts.find((a) => a.index === sel.account) ?? r.provider.accounts[0]
         const t0 = performance.now()
@@ -224,7 +228,8 @@ export class Upstreams {
         const f = failure as { err: SluiceError; reason: number }
         last = f.err
         if (n >= retry.attempts || r.committed?.() === true) throw f.err
-        if (!multi && !retry.sameAccount) throw f.err
+        // No other account left to try (and not the same one): no retry, no wait.
+        if (!retry.sameAccount && r.provider.accounts.every((a) => tried.has(a.index))) throw f.err
         const delay = retryDelayMs(n, retry)
         if (Date.now() - startedAt + delay > retry.totalMs) throw f.err
         state.release(claimed)
@@ -232,9 +237,9 @@ export class Upstreams {
         this.settleBreaker(r, breaker, probe, verdict)
         probe = false
         verdict = 'none'
+        retryReason = f.reason
+        retryDelay = delay
         await sleep(delay, r.signal)
-        state.countRetry(f.reason)
-        r.event?.('retrying before the first byte', { 'sluice.attempt': n + 2, 'sluice.code': f.err.code, 'sluice.delay_ms': delay })
       } finally {
         if (claimed !== null) state.release(claimed)
         if (probe || verdict !== 'none') this.settleBreaker(r, breaker, probe, verdict)

@@ -89,13 +89,17 @@ t.before(async () => {
     workers: 2,
     keys: [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],
     upstream: { retry: { attempts: 2, baseMs: 1, maxMs: 5, totalMs: 5000 }, breaker: { failureThreshold: 3, openMs: 1000 } },
-    providers: PROVIDERS.map((p) => ({
+    providers: PROVIDERS.map((p): Record<string, unknown> => ({
       name: p,
       protocol: 'openai-chat',
       baseUrl: base,
       models: [`${p}-*`],
       accounts: ACCOUNTS.map((a) => ({ name: a, apiKeyEnv: `KEY_${p.toUpperCase()}_${a.toUpperCase()}` })),
-    })),
+    })).concat([{
+      // Nothing listens on port 1: every attempt is a connection failure.
+      name: 'dead', protocol: 'openai-chat', baseUrl: 'http://127.0.0.1:1', models: ['dead-*'],
+      accounts: ACCOUNTS.map((a) => ({ name: a, apiKeyEnv: 'KEY_RETRY_A' })),
+    }]),
   }, { env })
   url = `http://127.0.0.1:${gw.port}`
 })
@@ -208,6 +212,16 @@ t.test('a reset or a 503 before the first byte is retried on the other account, 
   t.equal(r3.status, 502, 'both accounts fail: the provider\'s failure')
   t.equal((JSON.parse(r3.body) as { code: string }).code, 'provider_unavailable')
   t.equal(hitsOf('retry').length, 2, 'one attempt per account, never the same one twice (sameAccount: false)')
+  t.same(await waitIdle(gw), {}, 'idle')
+})
+
+t.test('a connection failure is retried on the other account, then refused as the provider\'s', async (t) => {
+  const before = await metric('sluice_retries_total{reason="connect"}')
+  const r = await chat('dead-1')
+  t.equal(r.status, 502)
+  t.equal((JSON.parse(r.body) as { code: string }).code, 'provider_unavailable')
+  t.equal(await metric('sluice_retries_total{reason="connect"}'), before + 1, 'one retry, on the other account')
+  t.equal(await metric('sluice_provider_account_selections_total{provider="dead",account="a"}') + await metric('sluice_provider_account_selections_total{provider="dead",account="b"}'), 2, 'each account tried once')
   t.same(await waitIdle(gw), {}, 'idle')
 })
 
