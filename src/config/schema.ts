@@ -92,12 +92,13 @@ export const upstreamSchema = z.strictObject({
   /**
    * Circuit breaker per provider + model pattern (src/ledger/providers.ts): opens after
    * `failureThreshold` consecutive transient provider failures, refuses fast for `openMs`,
-   * then lets exactly one probe through (half-open); a success closes it.
+   * then lets exactly one probe through (half-open); a success closes it. Every attempt
+   * counts (a retried exchange up to three), so the default 20 is about seven exchanges.
    */
   breaker: z.strictObject({
-    failureThreshold: int(1).max(1_000_000).default(5),
+    failureThreshold: int(1).max(1_000_000).default(20),
     openMs: int(100).max(3_600_000).default(30_000),
-  }).default({ failureThreshold: 5, openMs: 30_000 }),
+  }).default({ failureThreshold: 20, openMs: 30_000 }),
 })
 
 const modelPattern = z.string().min(1).regex(/^[^*]*\*?$/, 'a model name, optionally ending in one *')

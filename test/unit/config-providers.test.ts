@@ -34,10 +34,10 @@ for (const [name, cfg, key] of invalid) {
   })
 }
 
-t.test('defaults: two retries with full jitter, a breaker at five failures', async (t) => {
+t.test('defaults: two retries with full jitter, a breaker at twenty failures', async (t) => {
   const c = validateConfig({})
   t.same(c.upstream.retry, { attempts: 2, baseMs: 100, maxMs: 2000, totalMs: 10_000, sameAccount: false })
-  t.same(c.upstream.breaker, { failureThreshold: 5, openMs: 30_000 })
+  t.same(c.upstream.breaker, { failureThreshold: 20, openMs: 30_000 })
 })
 
 t.test('accounts and breakers are indexed in config order; apiKeyEnv is one implicit account', async (t) => {
