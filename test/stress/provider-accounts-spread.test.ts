@@ -9,7 +9,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { attachLedger, createLedger, type LedgerHandleInit } from '../../src/ledger/ledger.ts'
 import type { AccountRef } from '../../src/ledger/providers.ts'
 
-interface Job { init: LedgerHandleInit; row: number; barrier: SharedArrayBuffer; picks: number; accounts: number; release: boolean }
+interface Job { init: LedgerHandleInit; row: number; barrier: SharedArrayBuffer; picks: number; accounts: number; release: boolean; threads: number }
 
 if (!isMainThread) {
   const job = workerData as Job
@@ -24,19 +24,25 @@ if (!isMainThread) {
     if (!s.ok) throw new Error('selection refused')
     got.push(s.account)
   }
-  if (job.release) for (const a of got) ledger.providers.release(a)
+  if (job.release) {
+    // Release only once every thread has selected: the burst is all claims, then all releases.
+    Atomics.add(bar, 2, 1)
+    Atomics.notify(bar, 2)
+    for (let seen = Atomics.load(bar, 2); seen < job.threads; seen = Atomics.load(bar, 2)) Atomics.wait(bar, 2, seen, 100)
+    for (const a of got) ledger.providers.release(a)
+  }
   parentPort!.postMessage(got)
 } else {
   const { default: t } = await import('tap')
-  const run = async (threads: number, accounts: number, release: boolean, kill = false): Promise<{ ledger: ReturnType<typeof createLedger>; counts: number[] }> => {
+  const run = async (threads: number, accounts: number, release: boolean): Promise<{ ledger: ReturnType<typeof createLedger>; counts: number[] }> => {
     const ledger = createLedger({ maxActive: 1, maxQueued: 0, queueWaitMs: 1000, parsePermits: 1, parseQueue: 0, parseWaitMs: 1000, storageBytes: 0, threads, accounts, breakers: 1, affinity: 64 })
-    const barrier = new SharedArrayBuffer(8)
+    const barrier = new SharedArrayBuffer(12)
     const bar = new Int32Array(barrier)
     const workers: Worker[] = []
     const results: Array<Promise<number[]>> = []
     for (let r = 1; r <= threads; r++) {
       ledger.assignRow(r)
-      const w = new Worker(new URL(import.meta.url), { workerData: { init: ledger.init, row: r, barrier, picks: 64 / threads, accounts, release } satisfies Job })
+      const w = new Worker(new URL(import.meta.url), { workerData: { init: ledger.init, row: r, barrier, picks: 64 / threads, accounts, release, threads } satisfies Job })
       workers.push(w)
       results.push(new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject) }))
     }
@@ -44,7 +50,7 @@ if (!isMainThread) {
     Atomics.store(bar, 0, 1)
     Atomics.notify(bar, 0)
     const picked = (await Promise.all(results)).flat()
-    await Promise.all(workers.map((w) => new Promise((resolve) => { if (w.threadId === -1) resolve(null); else { w.once('exit', resolve); if (kill) void w.terminate() } })))
+    await Promise.all(workers.map((w) => new Promise((resolve) => { if (w.threadId === -1) resolve(null); else { w.once('exit', resolve) } })))
     const counts = new Array<number>(accounts).fill(0)
     for (const a of picked) counts[a]++
     return { ledger, counts }
