@@ -12,6 +12,10 @@ import type { Config } from '../src/config/schema.ts'
 import { createLedger, type Ledger } from '../src/ledger/ledger.ts'
 import { createRingBuffer, EventRing } from '../src/events/ring.ts'
 import { PRIMARY_ROW } from '../src/ledger/layout.ts'
+import { providerSlots } from '../src/routing.ts'
+
+/** Session-affinity slots (src/ledger/providers.ts): 64 KiB, sessions beyond it replace the oldest. */
+const AFFINITY_SLOTS = 4096
 import { continuationLimits, pendingCap } from '../src/config/limits.ts'
 import { createStoreBuffer, StoreRepair } from '../src/state/store.ts'
 import { startAdmin } from './admin.ts'
@@ -56,6 +60,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   // The conversation store's buffer is carved out of the aggregate storage budget: the ledger
   // gets what is left, so the two together never exceed limits.storageBytes.
   const cont = continuationLimits(limits)
+  const slots = providerSlots(config.providers)
   const ledger = createLedger({
     maxActive: limits.maxActiveExchanges,
     maxQueued: limits.maxQueuedExchanges,
@@ -74,6 +79,11 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     pendingPerSession: pendingCap(limits) ?? 0,
     activePerSession: limits.maxActivePerSession,
     threads: config.workers,
+    // Provider accounts and breakers (src/ledger/providers.ts), indexed as src/routing.ts does.
+    accounts: slots.accounts.length,
+    breakers: slots.breakers.length,
+    // Session affinity matters only where a provider has several accounts.
+    affinity: slots.accounts.length > config.providers.length ? AFFINITY_SLOTS : 0,
   })
   const events = createRingBuffer(limits.sessionEventBytes)
   // The primary reads the ring's figures for /metrics only; it never locks it or writes it.
@@ -98,7 +108,7 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h), providers: () => ledger.providers.snapshot() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err

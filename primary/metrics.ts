@@ -7,7 +7,9 @@ import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
 import type { RingSnapshot } from '../src/events/ring.ts'
 import type { StoreSnapshot } from '../src/state/store.ts'
-import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_TOOL_ARGUMENT_BYTES, RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
+import type { ProvidersSnapshot } from '../src/ledger/providers.ts'
+import { providerSlots } from '../src/routing.ts'
+import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RETRY_REASON_NAMES, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_TOOL_ARGUMENT_BYTES, RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
@@ -18,7 +20,11 @@ export interface PrimaryCounters {
   /** Row gauges summed over workers (RG_* order), and one histogram (HIST_*). */
   gauges?: () => number[]
   histogram?: (hist: number) => { buckets: number[]; sumMs: number; count: number }
+  /** Provider accounts, circuit breakers and retries (src/ledger/providers.ts). */
+  providers?: () => ProvidersSnapshot
 }
+
+const BREAKER_VALUE = { closed: 0, open: 1, 'half-open': 2 } as const
 
 const HISTOGRAMS: Array<[hist: number, name: string, help: string]> = [
   [HIST_QUEUE_WAIT, 'sluice_queue_wait_seconds', 'Time an admitted exchange waited for its session turn and its exchange permit.'],
@@ -146,6 +152,23 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
   if (counters.histogram) {
     for (const [hist, name, help] of HISTOGRAMS) w.histogram(name, help, counters.histogram(hist))
   }
+  // Providers: accounts (labelled as src/routing.ts providerSlots indexes them), breakers, retries.
+  const pv = counters.providers?.()
+  const slots = providerSlots(config.providers)
+  const acc = (f: (a: ProvidersSnapshot['accounts'][number]) => number): Sample[] =>
+    (pv?.accounts ?? []).map((a, i) => [{ provider: slots.accounts[i]?.provider ?? '?', account: slots.accounts[i]?.name ?? String(i) }, f(a)])
+  const brk = (f: (b: ProvidersSnapshot['breakers'][number]) => number): Sample[] =>
+    (pv?.breakers ?? []).map((b, i) => [{ provider: slots.breakers[i]?.provider ?? '?', model: slots.breakers[i]?.model ?? String(i) }, f(b)])
+  w.metric('sluice_provider_in_flight', 'gauge', 'Exchanges in flight to providers, all accounts and workers (0 when idle).', (pv?.accounts ?? []).reduce((n, a) => n + a.inflight, 0))
+  w.metric('sluice_provider_account_in_flight', 'gauge', 'Exchanges in flight on each provider account, all workers.', acc((a) => a.inflight))
+  w.metric('sluice_provider_account_cooldown_seconds', 'gauge', 'Seconds left of an account\'s cooldown after a 429 (0: eligible).', acc((a) => a.coolingDownMs / 1000))
+  w.metric('sluice_provider_account_failure_rate', 'gauge', 'Recent transient failure rate of each account (EWMA, 0..1).', acc((a) => a.failureRate))
+  w.metric('sluice_provider_account_first_byte_seconds', 'gauge', 'First-byte latency of each account (EWMA).', acc((a) => a.firstByteMs / 1000))
+  w.metric('sluice_provider_account_selections_total', 'counter', 'Exchanges (attempts) sent through each account.', acc((a) => a.selected))
+  w.metric('sluice_circuit_state', 'gauge', 'Circuit breaker per provider + model pattern: 0 closed, 1 open, 2 half-open.', brk((b) => BREAKER_VALUE[b.state]))
+  w.metric('sluice_circuit_transitions_total', 'counter', 'Circuit breaker state changes per provider + model pattern.', brk((b) => b.transitions))
+  w.metric('sluice_retries_total', 'counter', 'Upstream attempts retried before the first downstream byte, by reason.', RETRY_REASON_NAMES.map((reason, i) => [{ reason }, pv?.retries[i] ?? 0]))
+  w.metric('sluice_retries_after_commit_total', 'counter', 'Retries after a first downstream byte: structurally impossible, always 0.', pv?.retriesAfterCommit ?? 0)
   const refusals: Sample[] = [...counters.refusals()].map(([code, n]) => [{ code }, n])
   w.metric('sluice_refusals_total', 'counter', 'Refusals and failures sent to callers, by catalogue code.', refusals)
   w.metric('sluice_storage_refusals_total', 'counter', 'Byte reservations refused.', s.storage.refused)

@@ -106,7 +106,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     admission,
     auth: new Authenticator(deps.config.keys),
     router: new Router(deps.config.providers, deps.simUrl, process.env),
-    upstreams: new Upstreams(deps.config.upstream),
+    upstreams: new Upstreams(deps.config.upstream, { providers: deps.ledger.providers, log: (fields, msg) => deps.log.info(fields, msg) }),
     parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
     turns: new TurnPins(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),

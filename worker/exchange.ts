@@ -12,13 +12,15 @@
 // and prepared at acceptance (`opts.prepared`). Release is owned by the exchange's
 // ExchangeScope. A failure before the first downstream byte is a JSON refusal with its
 // catalogue code (worker/reply.ts); after it, a signed failure tail in the client protocol's
-// own error event, then a clean end. Nothing is ever retried or replayed.
+// own error event, then a clean end. Only before the first downstream byte may the upstream
+// request be retried (inside upstreams.send(), worker/upstream.ts); never after it.
 
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError } from '../src/errors.ts'
 import type { ContinuationTask, PrepareOk, PrepareTask, TranslateSpec, TranslationInfo } from '../src/json/prepare.ts'
 import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
+import { affinityKey } from '../src/ledger/providers.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
 import { PROTOCOL_ROUTE, ROUTE_PATH, ROUTE_PROTOCOL, type Route } from '../src/protocols/routes.ts'
 import { issuerOf } from '../src/translate/envelope.ts'
@@ -248,7 +250,17 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     const sent = performance.now()
     const wait = trace.phase('provider.wait', { 'sluice.provider': rec.provider, 'sluice.model': rec.model })
     try {
-      upstreamRes = await deps.upstreams.send({ provider, path: ROUTE_PATH[translation === null ? route : PROTOCOL_ROUTE[target]], clientHeaders: req.headers, body: prepared.body, signal })
+      // Accounts, breaker and retries before the first downstream byte (worker/upstream.ts):
+      // the body is replayed from prepared.body, held in this scope; an error answer is
+      // read and mapped (providerFailure) inside send(), so it may be retried on another account.
+      upstreamRes = await deps.upstreams.send({
+        provider, path: ROUTE_PATH[translation === null ? route : PROTOCOL_ROUTE[target]], clientHeaders: req.headers, body: prepared.body, signal,
+        model: prepared.model,
+        session: accepted.sessionId === null ? null : affinityKey(accepted.key.name, accepted.sessionId),
+        refusal: (failed) => providerFailure(deps, scope, failed, signal),
+        committed: () => res.headersSent,
+        event: (name, attrs) => wait.event(name, attrs),
+      })
     } catch (err) {
       scope.settle('upstream')
       wait.end({ 'sluice.code': transportError(err, signal).code })

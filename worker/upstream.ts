@@ -1,6 +1,23 @@
 // Upstream transport: one undici Pool per provider (keep-alive, connect / first-byte /
 // idle-between-chunks timeouts), header policy both ways, and the mapping of transport
 // failures to catalogue codes.
+//
+// `send()` is also where a provider's accounts, its circuit breaker and the retry policy
+// meet (DESIGN.md "Providers"), in this order per attempt:
+//
+//   breaker admit (open: provider_unavailable at once; due: this exchange is the one probe)
+//   -> account selection (src/ledger/providers.ts: affinity, else least loaded; the claim
+//      counts in the ledger at once; every account cooling down: provider_rate_limited with
+//      the soonest retry)
+//   -> request (the body replayed from the bytes this exchange holds, within its reservation)
+//   -> response headers < 400: returned; the claim is released when the body closes
+//   -> a transient failure (connect, reset, first-byte timeout, 502/503/504, or a 429 that
+//      cooled this account down) is retried at most upstream.retry.attempts times, on
+//      another account where one is eligible, after a full-jitter delay, within
+//      upstream.retry.totalMs; anything else, or the last failure, is thrown.
+//
+// send() resolves before the exchange writes any byte downstream (worker/exchange.ts awaits
+// it before any writeHead), so no retry can follow a first downstream byte.
 
 import { Pool, type Dispatcher } from 'undici'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
@@ -8,7 +25,13 @@ import type { Config, Protocol } from '../src/config/schema.ts'
 import { MAX_RETRY_AFTER_SECONDS, retryAfterSeconds } from '../src/protocols/provider-error.ts'
 import { presentedKey } from './auth.ts'
 import { abortCause, SluiceError } from '../src/errors.ts'
-import type { ResolvedProvider } from '../src/routing.ts'
+import { RETRY_RATE_LIMITED } from '../src/ledger/layout.ts'
+import type { BreakerTransition, ProviderState } from '../src/ledger/providers.ts'
+import { Router, type ResolvedAccount, type ResolvedProvider } from '../src/routing.ts'
+import { retryDelayMs, sleep, transientReason, transientStatus } from './retry.ts'
+
+/** A 429 without a readable Retry-After cools its account down this long. */
+const DEFAULT_COOLDOWN_SECONDS = 10
 
 /** Never forwarded in either direction (RFC 9110 7.6.1 hop-by-hop, plus framing we redo). */
 const HOP_BY_HOP = new Set([
@@ -38,18 +61,43 @@ export interface UpstreamRequest {
   provider: ResolvedProvider
   path: string
   clientHeaders: IncomingHttpHeaders
+  /** The exchange's prepared body: replayed as is by every attempt (never re-read from the client). */
   body: Uint8Array
   signal: AbortSignal
+  /** The model, for its circuit breaker (provider x model pattern). */
+  model?: string
+  /** The session's affinity key (scoped hash), or null without a session id. */
+  session?: readonly [number, number] | null
+  /**
+   * Reads and maps an error answer (status >= 400) before any byte reached the client;
+   * destroys its body. Without it, a generic provider code is used.
+   */
+  refusal?: (up: Dispatcher.ResponseData) => Promise<SluiceError>
+  /** True once any byte went downstream (the response's headers sent): then never a retry. */
+  committed?: () => boolean
+  /** A trace event on the exchange's provider span. */
+  event?: (name: string, attrs: Record<string, string | number | boolean>) => void
+}
+
+export interface UpstreamOptions {
+  /** The ledger's provider block: accounts, breakers, retry counters (absent: one attempt, first account). */
+  providers?: ProviderState | null
+  /** One JSON line per breaker state change. */
+  log?: (fields: Record<string, unknown>, msg: string) => void
 }
 
 export class Upstreams {
   private readonly pools = new Map<string, Pool>()
   private readonly cfg: Config['upstream']
   private readonly extra: ReadonlySet<string>
+  private readonly state: ProviderState | null
+  private readonly log: (fields: Record<string, unknown>, msg: string) => void
 
-  constructor (cfg: Config['upstream']) {
+  constructor (cfg: Config['upstream'], opts: UpstreamOptions = {}) {
     this.cfg = cfg
     this.extra = new Set(cfg.forwardHeaders)
+    this.state = opts.providers ?? null
+    this.log = opts.log ?? (() => {})
   }
 
   private pool (origin: string): Pool {
@@ -66,19 +114,171 @@ export class Upstreams {
     return p
   }
 
-  /** Sends the request; resolves at the response headers (first byte), or throws a SluiceError. */
+  /**
+   * Sends the request; resolves at the response headers (first byte) with a status < 400,
+   * or throws a SluiceError (a provider's error answer mapped by `r.refusal`). Retries
+   * transient failures as the file header says; every account claim it takes is released
+   * exactly once (a failed attempt's at once, the answer's when its body closes).
+   */
   async send (r: UpstreamRequest): Promise<Dispatcher.ResponseData> {
+    const state = this.state
+    if (state === null || state.accounts === 0) return this.attempt(r, r.provider.accounts[0])
     const url = new URL(r.provider.baseUrl + r.path)
+    const retry = this.cfg.retry
+    const breaker = r.model === undefined ? null : Router.breakerOf(r.provider, r.model)
+    const multi = r.provider.accounts.length > 1
+    const tried = new Set<number>()
+    const startedAt = Date.now()
+    let last: SluiceError | null = null
+    let retryReason = -1
+    let retryDelay = 0
+    for (let n = 0; ; n++) {
+      // 1. The breaker of this provider + model.
+      let probe = false
+      if (breaker !== null) {
+        const adm = state.admit(breaker.index, this.cfg.breaker.openMs)
+        if (adm.transition) this.transition(r, breaker.model, adm.transition, 'probe due')
+        if (!adm.ok) {
+          if (last !== null) throw last // a retry stopped by a breaker that has just opened
+          r.event?.('refused by an open circuit breaker', { 'sluice.provider': r.provider.config.name, 'sluice.model': breaker.model, 'sluice.breaker_state': adm.state, 'sluice.retry_after_seconds': adm.retryAfterSeconds })
+          throw new SluiceError('provider_unavailable', {
+            provider: r.provider.config.name, model: breaker.model, reason: 'circuit_open', breaker: adm.state, retryAfterSeconds: adm.retryAfterSeconds,
+          }, 'the provider failed repeatedly for this model: its circuit breaker is open')
+        }
+        probe = adm.probe
+      }
+      // 2. An account; the claim is counted in the ledger at once.
+      let verdict: 'success' | 'failure' | 'none' = 'none'
+      let claimed: number | null = null
+      try {
+        const sel = state.select(r.provider.accounts, { session: r.session ?? null, exclude: tried, allowExcluded: retry.sameAccount })
+        if (!sel.ok) {
+          if (last !== null && sel.reason === 'cooling' && last.code === 'provider_rate_limited') {
+            throw new SluiceError('provider_rate_limited', { ...last.details, retryAfterSeconds: sel.retryAfterSeconds, reason: 'every account cooling down' }, last.message)
+          }
+          if (last !== null) throw last
+          throw sel.reason === 'cooling'
+            ? new SluiceError('provider_rate_limited', { provider: r.provider.config.name, reason: 'every account cooling down', accounts: r.provider.accounts.length, retryAfterSeconds: sel.retryAfterSeconds })
+            : new SluiceError('provider_rate_limited', { provider: r.provider.config.name, reason: 'every account at its maxConcurrent', accounts: r.provider.accounts.length, retryAfterSeconds: 1 })
+        }
+        claimed = sel.account
+        tried.add(sel.account)
+        if (n > 0) {
+          // The retry really happens now (the guard is structural: see the file header).
+          if (r.committed?.() === true) { state.countRetryAfterCommit(); throw last ?? new SluiceError('internal_error') }
+          state.countRetry(retryReason)
+          r.event?.('retrying before the first byte', { 'sluice.attempt': n + 1, 'sluice.code': last?.code ?? '', 'sluice.delay_ms': retryDelay, 'sluice.account': sel.account })
+        }
+        const account = r.provider.accounts.find((a) => a.index === sel.account) ?? r.provider.accounts[0]
+        const t0 = performance.now()
+        let up: Dispatcher.ResponseData | null = null
+        let failure: { err: SluiceError; reason: number } | null = null
+        try {
+          up = await this.attempt(r, account, url)
+        } catch (err) {
+          const se = transportError(err, r.signal)
+          if (r.signal.aborted) throw se // the caller's, never the provider's
+          const cause = (err as { cause?: unknown }).cause
+          const reason = transientReason(err) ?? transientReason(cause)
+          verdict = 'failure'
+          state.observe(account.index, true, null)
+          if (reason === null) throw se
+          failure = { err: se, reason }
+        }
+        if (up !== null) {
+          const ms = performance.now() - t0
+          const status = up.statusCode
+          if (status < 400) {
+            verdict = 'success'
+            state.observe(account.index, false, ms)
+            const a = claimed
+            claimed = null // the answer's body owns the claim now
+            up.body.once('close', () => state.release(a))
+            if (n > 0) r.event?.('answered after a retry', { 'sluice.account': account.name, 'sluice.attempt': n + 1 })
+            return up
+          }
+          const ra = up.headers['retry-after']
+          const err = r.refusal ? await r.refusal(up) : new SluiceError(status === 429 ? 'provider_rate_limited' : status >= 500 ? 'provider_unavailable' : 'provider_error', { providerStatus: status })
+          if (!up.body.destroyed) up.body.destroy()
+          if (r.signal.aborted) throw abortCause(r.signal)
+          const st = transientStatus(status)
+          if (status === 429) {
+            // The provider is up (the breaker hears a success); this account cools down.
+            verdict = 'success'
+            state.observe(account.index, false, ms)
+            // A lone account is not cooled: the provider's own 429 (and Retry-After) is the
+            // answer, and the next exchange asks the provider again.
+            if (!multi) throw err
+            const secs = retryAfterSeconds(Array.isArray(ra) ? ra[0] : ra) ?? DEFAULT_COOLDOWN_SECONDS
+            state.coolDown(account.index, secs)
+            r.event?.('account cooling down', { 'sluice.account': account.name, 'sluice.retry_after_seconds': secs })
+            failure = { err, reason: RETRY_RATE_LIMITED }
+          } else if (st !== null) {
+            verdict = 'failure'
+            state.observe(account.index, true, ms)
+            failure = { err, reason: st }
+          } else {
+            // The provider answered (a refusal of this request): not a failure of the provider.
+            verdict = status < 500 ? 'success' : 'none'
+            state.observe(account.index, false, ms)
+            throw err
+          }
+        }
+        // 3. A transient failure: another attempt, if the policy allows one.
+        const f = failure as { err: SluiceError; reason: number }
+        last = f.err
+        if (n >= retry.attempts || r.committed?.() === true) throw f.err
+        // No other account left to try (and not the same one): no retry, no wait.
+        if (!retry.sameAccount && r.provider.accounts.every((a) => tried.has(a.index))) throw f.err
+        const delay = retryDelayMs(n, retry)
+        if (Date.now() - startedAt + delay > retry.totalMs) throw f.err
+        state.release(claimed)
+        claimed = null
+        this.settleBreaker(r, breaker, probe, verdict)
+        probe = false
+        verdict = 'none'
+        retryReason = f.reason
+        retryDelay = delay
+        await sleep(delay, r.signal)
+      } finally {
+        if (claimed !== null) state.release(claimed)
+        if (probe || verdict !== 'none') this.settleBreaker(r, breaker, probe, verdict)
+      }
+    }
+  }
+
+  /** Records an attempt's verdict on the breaker; a probe with no verdict is given back. */
+  private settleBreaker (r: UpstreamRequest, breaker: { index: number; model: string } | null, probe: boolean, verdict: 'success' | 'failure' | 'none'): void {
+    const state = this.state
+    if (state === null || breaker === null) return
+    const t = verdict === 'success'
+      ? state.success(breaker.index, probe)
+      : verdict === 'failure'
+        ? state.failure(breaker.index, probe, this.cfg.breaker.failureThreshold, this.cfg.breaker.openMs)
+        : probe ? state.abandonProbe(breaker.index) : null
+    if (t !== null) this.transition(r, breaker.model, t, verdict === 'none' ? 'probe without a verdict' : verdict)
+  }
+
+  private transition (r: UpstreamRequest, model: string, t: BreakerTransition, cause: string): void {
+    const fields = { event: 'circuit_breaker', provider: r.provider.config.name, model, from: t.from, to: t.to, cause }
+    this.log(fields, 'circuit breaker')
+    r.event?.('circuit breaker state change', { 'sluice.provider': r.provider.config.name, 'sluice.model': model, 'sluice.breaker_from': t.from, 'sluice.breaker_to': t.to })
+  }
+
+  /** One request on one account; resolves at the response headers, or throws the transport error (unmapped). */
+  private async attempt (r: UpstreamRequest, account: ResolvedAccount, url = new URL(r.provider.baseUrl + r.path)): Promise<Dispatcher.ResponseData> {
+    const p = this.pool(url.origin).request({
+      method: 'POST',
+      path: url.pathname + url.search,
+      headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra, account.apiKey),
+      body: r.body,
+      signal: r.signal,
+      headersTimeout: this.cfg.firstByteTimeoutMs,
+      bodyTimeout: this.cfg.idleTimeoutMs,
+    })
+    if (this.state !== null && this.state.accounts > 0) return p
     try {
-      return await this.pool(url.origin).request({
-        method: 'POST',
-        path: url.pathname + url.search,
-        headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra),
-        body: r.body,
-        signal: r.signal,
-        headersTimeout: this.cfg.firstByteTimeoutMs,
-        bodyTimeout: this.cfg.idleTimeoutMs,
-      })
+      return await p
     } catch (err) {
       throw transportError(err, r.signal)
     }
@@ -89,7 +289,7 @@ export class Upstreams {
   }
 }
 
-export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedProvider, length: number, extra: ReadonlySet<string> = new Set()): Record<string, string> {
+export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedProvider, length: number, extra: ReadonlySet<string> = new Set(), apiKey: string | null = provider.apiKey): Record<string, string> {
   const out: Record<string, string> = {}
   const allowed = FORWARD[provider.config.protocol]
   const gatewayKey = presentedKey(client)
@@ -105,9 +305,9 @@ export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedP
   out['accept-encoding'] = 'identity'
   if (provider.config.protocol === 'anthropic') {
     out['anthropic-version'] ??= '2023-06-01'
-    if (provider.apiKey) out['x-api-key'] = provider.apiKey
-  } else if (provider.apiKey) {
-    out.authorization = `Bearer ${provider.apiKey}`
+    if (apiKey) out['x-api-key'] = apiKey
+  } else if (apiKey) {
+    out.authorization = `Bearer ${apiKey}`
   }
   return out
 }

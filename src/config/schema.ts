@@ -75,6 +75,30 @@ export const upstreamSchema = z.strictObject({
   connections: int(1).default(64),
   /** Client headers forwarded to providers besides the built-in allowlist (worker/upstream.ts). */
   forwardHeaders: z.array(z.string().regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'a lower-case header name')).default([]),
+  /**
+   * Retry before the first downstream byte only (worker/retry.ts): at most `attempts` more
+   * attempts after the first, each after a full-jitter delay of up to min(maxMs, baseMs x 2^n),
+   * none started later than totalMs after the first. `sameAccount`: also retry on the account
+   * that failed when the provider has no other (default false: one account fails fast).
+   */
+  retry: z.strictObject({
+    attempts: int(0).max(2).default(2),
+    baseMs: int(0).max(60_000).default(100),
+    maxMs: int(0).max(60_000).default(2000),
+    totalMs: int(0).max(600_000).default(10_000),
+    sameAccount: z.boolean().default(false),
+  }).refine((r) => r.maxMs >= r.baseMs, { message: 'maxMs must be at least baseMs', path: ['maxMs'] })
+    .default({ attempts: 2, baseMs: 100, maxMs: 2000, totalMs: 10_000, sameAccount: false }),
+  /**
+   * Circuit breaker per provider + model pattern (src/ledger/providers.ts): opens after
+   * `failureThreshold` consecutive transient provider failures, refuses fast for `openMs`,
+   * then lets exactly one probe through (half-open); a success closes it. Every attempt
+   * counts (a retried exchange up to three), so the default 20 is about seven exchanges.
+   */
+  breaker: z.strictObject({
+    failureThreshold: int(1).max(1_000_000).default(20),
+    openMs: int(100).max(3_600_000).default(30_000),
+  }).default({ failureThreshold: 20, openMs: 30_000 }),
 })
 
 const modelPattern = z.string().min(1).regex(/^[^*]*\*?$/, 'a model name, optionally ending in one *')
@@ -91,6 +115,17 @@ export const keySchema = z.strictObject({
 export const protocols = ['openai-chat', 'openai-responses', 'anthropic'] as const
 export type Protocol = typeof protocols[number]
 
+const envName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name')
+
+/** One account (key) of a provider: its own key and optional concurrency cap across all workers. */
+export const accountSchema = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/, 'an account name: 1 to 64 letters, digits or ._:-'),
+  /** Environment variable holding this account's key; null for none. */
+  apiKeyEnv: z.union([envName, z.null()]).default(null),
+  /** Exchanges in flight on this account across all workers; null = no cap. */
+  maxConcurrent: z.union([int(1).max(65535), z.null()]).default(null),
+})
+
 export const providerSchema = z.strictObject({
   name: z.string().min(1),
   protocol: z.enum(protocols),
@@ -102,6 +137,16 @@ export const providerSchema = z.strictObject({
   aliases: z.record(z.string().min(1), z.string().min(1)).default({}),
   /** Clients of another protocol are translated (src/translate/); false: refused with protocol_mismatch. */
   translate: z.boolean().default(true),
+  /** Several accounts (keys); without it, `apiKeyEnv` is the provider's one account ("default"). */
+  accounts: z.array(accountSchema).min(1).max(64).optional(),
+}).superRefine((p, ctx) => {
+  if (p.accounts === undefined) return
+  if (p.apiKeyEnv !== null) ctx.addIssue({ code: 'custom', path: ['apiKeyEnv'], message: 'give the key per account (accounts[].apiKeyEnv), not both' })
+  const seen = new Set<string>()
+  p.accounts.forEach((a, i) => {
+    if (seen.has(a.name)) ctx.addIssue({ code: 'custom', path: ['accounts', i, 'name'], message: `duplicate account name "${a.name}"` })
+    seen.add(a.name)
+  })
 })
 
 /**

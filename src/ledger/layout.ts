@@ -6,7 +6,8 @@
 // One SharedArrayBuffer, two views over disjoint regions:
 //
 //   [ Int32 region:    header32 | gate32 x GATES | slots (per gate) | rows32 x ROWS
-//                      | run table | lane block | lane entries ]
+//                      | run table | lane block | lane entries
+//                      | provider accounts | circuit breakers | session affinity (layout 6) ]
 //   [ BigInt64 region: budget64 | rows64 x ROWS ]   (8-byte aligned)
 //
 // The dimensions (permits, queue sizes, rows) are written into header32 by the primary at
@@ -47,7 +48,7 @@ import { PAIR_FIELDS } from './pair64.ts'
 import { TL_PARKED, TOKEN_LOCK_FIELDS } from './token-lock.ts'
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 5
+export const LAYOUT_VERSION = 6
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -84,7 +85,11 @@ export const ET_TAKEN = 0                       // allowance slots taken
 export const ET_REFUSED = 2                     // refusals: the allowance full (parse_capacity_exhausted)
 export const ET_RECLAIMED = 4                   // slots freed from dead rows
 export const EP_TOTAL_FIELDS = 6
-export const HEADER32_FIELDS = H_EP_TOTALS + EP_TOTAL_FIELDS
+/** Provider accounts, circuit breakers and session-affinity slots (providers.ts, layout version 6). */
+export const H_ACCOUNTS = H_EP_TOTALS + EP_TOTAL_FIELDS
+export const H_BREAKERS = H_ACCOUNTS + 1
+export const H_AFFINITY = H_BREAKERS + 1
+export const HEADER32_FIELDS = H_AFFINITY + 1
 
 // ---- Int32 per gate ----
 export const G_MAX = 0          // permits
@@ -211,7 +216,18 @@ export const HIST_N = HIST_SUM_US + PAIR_FIELDS
 export const HIST_FIELDS = HIST_N + PAIR_FIELDS
 /** Envelope-parse slots this row holds (layout version 4; see H_EP_MAX). */
 export const R_ENVELOPES = R_HISTS + HIST_COUNT * HIST_FIELDS
-export const ROW32_FIELDS = R_ENVELOPES + 1
+/** Upstream retries by reason (layout version 6), (lo, hi) pairs written only by the row's owner. */
+export const R_RETRIES = R_ENVELOPES + 1
+export const RETRY_CONNECT = 0       // the connection failed (refused, connect timeout)
+export const RETRY_RESET = 1         // the connection was reset / closed before the first byte
+export const RETRY_TIMEOUT = 2       // no first byte within firstByteTimeoutMs
+export const RETRY_STATUS = 3        // 502 / 503 / 504
+export const RETRY_RATE_LIMITED = 4  // 429 on one account while another is free
+export const RETRY_REASONS = 5
+export const RETRY_REASON_NAMES = ['connect', 'reset', 'timeout', 'status', 'rate_limited'] as const
+/** Retries attempted after the first downstream byte: structurally impossible, so always 0. */
+export const R_RETRIES_AFTER_COMMIT = R_RETRIES + PAIR_FIELDS * RETRY_REASONS
+export const ROW32_FIELDS = R_RETRIES_AFTER_COMMIT + PAIR_FIELDS
 
 export const ROW_UNUSED = 0
 export const ROW_ALIVE = 1
@@ -226,6 +242,37 @@ export const ROW64_FIELDS = 5
 
 export const PRIMARY_ROW = 0
 
+// ---- Int32 provider accounts (providers.ts, layout version 6): one entry per account ----
+// Counters only (Atomics, no lock): the Promela model (gates, lanes) needs no change.
+export const AC_INFLIGHT = 0        // exchanges in flight on this account, all workers (CAS-claimed at selection)
+export const AC_COOLDOWN_UNTIL = 1  // deciseconds since PROVIDER_EPOCH_MS; 0 = not cooling (a 429's Retry-After)
+export const AC_FAIL_EWMA = 2       // recent transient failure rate, parts per EWMA_SCALE
+export const AC_FIRST_BYTE_EWMA = 3 // first-byte latency EWMA, ms
+export const AC_SELECTED = 4        // selections, total (wraps at 2^31: metrics only)
+export const AC_ROW_INFLIGHT = 5    // + row: this row's share of AC_INFLIGHT (its owner writes it; reclaim subtracts it)
+export const ACCOUNT_FIXED_FIELDS = 5
+
+// ---- Int32 circuit breakers: one per provider x configured model pattern ----
+export const BR_STATE = 0           // BREAKER_CLOSED | BREAKER_OPEN | BREAKER_HALF_OPEN
+export const BR_FAILURES = 1        // consecutive transient failures while closed
+export const BR_OPEN_UNTIL = 2      // deciseconds since PROVIDER_EPOCH_MS
+export const BR_PROBE = 3           // 0, or the row + 1 of the thread holding the half-open probe
+export const BR_TRANSITIONS = 4     // state changes, total (wraps at 2^31: metrics only)
+export const BREAKER_FIELDS = 5
+export const BREAKER_CLOSED = 0
+export const BREAKER_OPEN = 1
+export const BREAKER_HALF_OPEN = 2
+
+// ---- Int32 session affinity: session key -> the account that served it (a cache) ----
+export const AF_HASH_A = 0
+export const AF_HASH_B = 1
+export const AF_ACCOUNT = 2         // account index + 1; 0 = empty
+export const AF_LAST_USED = 3       // deciseconds since PROVIDER_EPOCH_MS (replacement: the oldest of a probe window)
+export const AFFINITY_FIELDS = 4
+
+/** The providers block's time base (deciseconds in an Int32 last until 2032). */
+export const PROVIDER_EPOCH_MS = Date.UTC(2026, 0, 1)
+
 export interface GateDims { readonly maxPermits: number; readonly maxQueued: number }
 export interface LedgerDims {
   readonly gates: readonly GateDims[]
@@ -234,6 +281,12 @@ export interface LedgerDims {
   readonly runs: number
   /** Session-lane entries; 0 disables lanes. */
   readonly lanes: number
+  /** Provider accounts (layout version 6); absent = 0. */
+  readonly accounts?: number
+  /** Circuit breakers (provider x model pattern); absent = 0. */
+  readonly breakers?: number
+  /** Session-affinity slots; absent = 0 (no affinity). */
+  readonly affinity?: number
 }
 
 export interface Layout {
@@ -252,6 +305,14 @@ export interface Layout {
   readonly runs32: number
   /** Int32 index of the session-lane block; its entries follow it. */
   readonly lanes32: number
+  /** Int32 index of the first account entry (accountFields cells each). */
+  readonly accounts32: number
+  /** Cells per account entry: ACCOUNT_FIXED_FIELDS + one per row. */
+  readonly accountFields: number
+  /** Int32 index of the first circuit breaker (BREAKER_FIELDS cells each). */
+  readonly breakers32: number
+  /** Int32 index of the first session-affinity slot (AFFINITY_FIELDS cells each). */
+  readonly affinity32: number
   /** Int32 index of row r's block. */
   row32 (r: number): number
   /** BigInt64 index of row r's block. */
@@ -277,7 +338,17 @@ export function computeLayout (dims: LedgerDims): Layout {
   const lanes = dims.lanes ?? 0
   if (!Number.isInteger(lanes) || lanes < 0) throw new RangeError('lane entries must be a non-negative integer')
   const lanes32 = runs32 + runs * RUN_FIELDS
-  const i32Length = lanes32 + LANE32_FIELDS + lanes * ENTRY_FIELDS
+  const accounts = dims.accounts ?? 0
+  const breakers = dims.breakers ?? 0
+  const affinity = dims.affinity ?? 0
+  for (const [n, what] of [[accounts, 'accounts'], [breakers, 'breakers'], [affinity, 'affinity slots']] as const) {
+    if (!Number.isInteger(n) || n < 0) throw new RangeError(`${what} must be a non-negative integer`)
+  }
+  const accounts32 = lanes32 + LANE32_FIELDS + lanes * ENTRY_FIELDS
+  const accountFields = ACCOUNT_FIXED_FIELDS + dims.rows
+  const breakers32 = accounts32 + accounts * accountFields
+  const affinity32 = breakers32 + breakers * BREAKER_FIELDS
+  const i32Length = affinity32 + affinity * AFFINITY_FIELDS
   const i64ByteOffset = 8 * Math.ceil((i32Length * 4) / 8)
   const budget64 = 0
   const rowBase64 = budget64 + BUDGET64_FIELDS
@@ -293,6 +364,10 @@ export function computeLayout (dims: LedgerDims): Layout {
     budget64,
     runs32,
     lanes32,
+    accounts32,
+    accountFields,
+    breakers32,
+    affinity32,
     row32: (r) => rowBase32 + r * ROW32_FIELDS,
     row64: (r) => rowBase64 + r * ROW64_FIELDS,
   }
@@ -307,5 +382,10 @@ export function dimsOf (sab: SharedArrayBuffer): LedgerDims {
     const at = H_GATE_DIMS + GATE_DIM_FIELDS * g
     gates.push({ maxPermits: h[at + GD_MAX_PERMITS], maxQueued: h[at + GD_MAX_QUEUED] })
   }
-  return { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS], lanes: h[H_LANE_ENTRIES] }
+  const dims: { -readonly [K in keyof LedgerDims]: LedgerDims[K] } = { rows: h[H_ROWS], gates, runs: h[H_RUN_SLOTS], lanes: h[H_LANE_ENTRIES] }
+  // Absent when 0, so a ledger without providers has the dims it was created with.
+  if (h[H_ACCOUNTS] !== 0) dims.accounts = h[H_ACCOUNTS]
+  if (h[H_BREAKERS] !== 0) dims.breakers = h[H_BREAKERS]
+  if (h[H_AFFINITY] !== 0) dims.affinity = h[H_AFFINITY]
+  return dims
 }

@@ -11,6 +11,7 @@
 //                     gauges), R_HISTS (HIST_* latency histograms, (lo, hi)), R_ENVELOPES
 //   row r (BigInt64): R64_BYTES, R64_HEAP_USED, R64_HEAP_LIMIT, R64_EXTERNAL, R64_UPDATED_MS
 //   budget (BigInt64): B_REPAIRS (locks stolen from the dead), B_ROW_RECLAIMS (rows reclaimed)
+//   providers (Int32, version 6): accounts, circuit breakers, session affinity (providers.ts)
 //
 // The gates, the byte budget, the envelope allowance, the run table and the lanes own the
 // rest (gate.ts, budget.ts, envelopes.ts, runs.ts, lanes.ts); this file creates the buffer,
@@ -60,7 +61,7 @@ import { LedgerCore } from './core.ts'
 import { Gate, initGate, reclaimGateLocked, type GateSnapshot } from './gate.ts'
 import {
   B_LIMIT, B_REPAIRS, B_ROW_RECLAIMS, GATE_EXCHANGE, GATE_PARSE, GATES,
-  H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
+  H_ACCOUNTS, H_AFFINITY, H_BREAKERS, H_DRAINING, H_GATE_DIMS, H_MAGIC, H_ROWS, H_LANE_ENTRIES, H_RUN_SLOTS, H_VERSION, LAYOUT_VERSION, MAGIC, PRIMARY_ROW,
   R64_EXTERNAL, R64_HEAP_LIMIT, R64_HEAP_USED, R64_UPDATED_MS, R_GENERATION, R_HELD, R_STATE, R_THREAD_ID,
   ROW_ALIVE, ROW_DEAD, R64_BYTES, R_ENVELOPES, R_COUNTERS, ROW_COUNTERS, R_GAUGES, ROW_GAUGES, R_HISTS, HIST_FIELDS, HIST_BOUNDS_MS,
   HIST_BUCKETS, HIST_N, HIST_SUM_US, GATE_DIM_FIELDS, GD_MAX_PERMITS, GD_MAX_QUEUED,
@@ -71,6 +72,7 @@ import { addOwned, PAIR_FIELDS, read } from './pair64.ts'
 import { RunTable } from './runs.ts'
 import { Lanes, initLanes, reclaimLanesLocked, type LaneSnapshot, type LostEntry } from './lanes.ts'
 import { EnvelopeParses, initEnvelopes, reclaimEnvelopesLocked, type EnvelopeSnapshot } from './envelopes.ts'
+import { ProviderState, reclaimProvidersRow } from './providers.ts'
 
 if (errorCodes.length > ROW_COUNTERS) throw new Error('ledger: more catalogue codes than row counters')
 const codeIndex = new Map<ErrorCode, number>(errorCodes.map((c, i) => [c, i]))
@@ -96,6 +98,12 @@ export interface LedgerOptions {
   activePerSession?: number
   /** Rows besides the primary's: one per HTTP worker (plus any test threads). */
   threads: number
+  /** Provider accounts over all providers (default 0; providers.ts). */
+  accounts?: number
+  /** Circuit breakers: provider x configured model pattern (default 0). */
+  breakers?: number
+  /** Session-affinity slots (default 0: no affinity). */
+  affinity?: number
 }
 
 export interface RowSnapshot {
@@ -135,6 +143,8 @@ export interface Reclaimed {
   lost?: LostEntry[]
   /** Envelope-parse slots the dead thread held (envelopes.ts); absent when none. */
   envelopes?: number
+  /** Provider-account claims the dead thread held (providers.ts); absent when none. */
+  accountClaims?: number
 }
 
 /** Wait defaults travel with the buffer so every thread applies the same ones. */
@@ -148,6 +158,7 @@ export class Ledger {
   readonly storage: ByteBudget
   readonly runs: RunTable
   readonly lanes: Lanes
+  readonly providers: ProviderState
   readonly init: LedgerHandleInit
 
   constructor (init: LedgerHandleInit, row: number) {
@@ -159,6 +170,7 @@ export class Ledger {
     this.storage = new ByteBudget(this.core)
     this.runs = new RunTable(this.core)
     this.lanes = new Lanes(this.core)
+    this.providers = new ProviderState(this.core)
   }
 
   get row (): number { return this.core.row }
@@ -296,6 +308,7 @@ export class Ledger {
     let bytes = 0
     let lanes = 0
     let envelopes = 0
+    let accountClaims = 0
     let lost: LostEntry[] = []
     try {
       const ex = reclaimGateLocked(core, GATE_EXCHANGE, row)
@@ -308,6 +321,7 @@ export class Ledger {
       notify.push(...ex.granted, ...pa.granted, ...ln.notify)
       envelopes = reclaimEnvelopesLocked(core, row)
       bytes = reclaimBytesLocked(core, row, lockStolen)
+      accountClaims = reclaimProvidersRow(core, row).inflight
       const at = core.layout.row32(row)
       // A dead thread's gauges describe streams that no longer exist.
       for (let g = 0; g < ROW_GAUGES; g++) Atomics.store(core.i32, at + R_GAUGES + g, 0)
@@ -320,6 +334,7 @@ export class Ledger {
     const out: Reclaimed = { exchange, parse, bytes, lanes, lockStolen }
     if (lost.length > 0) out.lost = lost
     if (envelopes > 0) out.envelopes = envelopes
+    if (accountClaims > 0) out.accountClaims = accountClaims
     return out
   }
 
@@ -369,6 +384,9 @@ export function createLedger (opts: LedgerOptions): Ledger {
     rows: 1 + opts.threads,
     runs: opts.runSlots ?? 4096,
     lanes: opts.laneEntries ?? 1024,
+    ...(opts.accounts ? { accounts: opts.accounts } : {}),
+    ...(opts.breakers ? { breakers: opts.breakers } : {}),
+    ...(opts.affinity ? { affinity: opts.affinity } : {}),
     gates: [
       { maxPermits: opts.maxActive, maxQueued: opts.maxQueued },
       { maxPermits: opts.parsePermits, maxQueued: opts.parseQueue },
@@ -383,6 +401,9 @@ export function createLedger (opts: LedgerOptions): Ledger {
   i32[H_ROWS] = dims.rows
   i32[H_RUN_SLOTS] = dims.runs
   i32[H_LANE_ENTRIES] = dims.lanes
+  i32[H_ACCOUNTS] = opts.accounts ?? 0
+  i32[H_BREAKERS] = opts.breakers ?? 0
+  i32[H_AFFINITY] = opts.affinity ?? 0
   initLanes(i32, layout.lanes32, dims.lanes, opts.pendingPerSession ?? 5, opts.activePerSession ?? 1)
   initEnvelopes(i32, opts.envelopeParses ?? 0)
   for (let g = 0; g < GATES; g++) {

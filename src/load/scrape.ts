@@ -36,6 +36,7 @@ export const IDLE_GAUGES = [
   // The conversation store (issue 13): pins are held only by exchanges in flight.
   'sluice_continuation_pins',
   'sluice_continuation_blob_bytes_pinned',
+  'sluice_provider_in_flight',
 ]
 
 /** What is not at idle (a gauge that is missing is not proof of idle either). */

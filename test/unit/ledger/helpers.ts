@@ -8,7 +8,7 @@
 
 import { isMainThread } from 'node:worker_threads'
 import { attachLedger, createLedger, type Ledger, type LedgerOptions } from '../../../src/ledger/ledger.ts'
-import { E_STATE, ENTRY_FIELDS, FREE, GATES, H_LOCK, LANE32_FIELDS, LANE_FREE, LN_HWM, S_STATE, SLOT_FIELDS } from '../../../src/ledger/layout.ts'
+import { AC_INFLIGHT, AC_ROW_INFLIGHT, E_STATE, ENTRY_FIELDS, FREE, GATES, H_LOCK, LANE32_FIELDS, LANE_FREE, LN_HWM, S_STATE, SLOT_FIELDS } from '../../../src/ledger/layout.ts'
 
 export const unitOptions: LedgerOptions = {
   maxActive: 2,
@@ -81,6 +81,16 @@ export function idleProblems (ledger: Ledger, opts: IdleOptions = {}): string[] 
   }
   if (busyEntries.length > 0) problems.push(`lane entries not FREE: ${JSON.stringify(busyEntries)}`)
   if (Atomics.load(i32, layout.lanes32 + LN_HWM) !== 0) problems.push(`lanes.hwm = ${Atomics.load(i32, layout.lanes32 + LN_HWM)}`)
+  // Provider accounts: no claim in flight, neither in the totals nor in any row's share.
+  for (let a = 0; a < (layout.dims.accounts ?? 0); a++) {
+    const at = layout.accounts32 + a * layout.accountFields
+    const n = Atomics.load(i32, at + AC_INFLIGHT)
+    if (n !== 0) problems.push(`account ${a} inflight = ${n}`)
+    for (let r = 0; r < layout.dims.rows; r++) {
+      const share = Atomics.load(i32, at + AC_ROW_INFLIGHT + r)
+      if (share !== 0) problems.push(`account ${a} row ${r} share = ${share}`)
+    }
+  }
   const lock = Atomics.load(ledger.core.i32, H_LOCK)
   if (lock !== 0) problems.push(`lock held by token ${lock}`)
   return problems
@@ -192,6 +202,13 @@ if (isMainThread && import.meta.main) {
     ])
     if (r.ok) d.lanes.release(r.entry)
     t.same(idleProblems(d), [])
+
+    const e = makeLedger({ accounts: 2, breakers: 1 })
+    const s = e.providers.select([{ index: 1, maxConcurrent: null }])
+    t.ok(s.ok)
+    t.same(idleProblems(e), ['account 1 inflight = 1', 'account 1 row 0 share = 1'])
+    if (s.ok) e.providers.release(s.account)
+    t.same(idleProblems(e), [])
   })
 
   t.test('assertIdle fails on a busy ledger', async (t) => {

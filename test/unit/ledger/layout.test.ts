@@ -140,3 +140,20 @@ t.test('a handle can only attach to an existing row', async (t) => {
   t.throws(() => ledger.tryReclaimRow(3)!, RangeError)
   assertIdle(t, ledger)
 })
+
+t.test('the providers block (layout 6) follows the lanes, sized by its dims, and round-trips', async (t) => {
+  const dims: LedgerDims = { rows: 3, runs: 2, lanes: 4, accounts: 3, breakers: 2, affinity: 5, gates: [{ maxPermits: 1, maxQueued: 1 }, { maxPermits: 1, maxQueued: 1 }] }
+  const l = computeLayout(dims)
+  const lanesEnd = l.lanes32 + LANE32_FIELDS + dims.lanes * ENTRY_FIELDS
+  t.equal(l.accounts32, lanesEnd, 'accounts follow the lane entries')
+  t.equal(l.accountFields, layoutModule.ACCOUNT_FIXED_FIELDS + dims.rows, 'an account has one in-flight share per row')
+  t.equal(l.breakers32, l.accounts32 + 3 * l.accountFields)
+  t.equal(l.affinity32, l.breakers32 + 2 * layoutModule.BREAKER_FIELDS)
+  t.equal(l.i32Length, l.affinity32 + 5 * layoutModule.AFFINITY_FIELDS, 'nothing after the affinity slots')
+  const ledger = createLedger({ maxActive: 1, maxQueued: 1, queueWaitMs: 100, parsePermits: 1, parseQueue: 1, parseWaitMs: 100, storageBytes: 0, runSlots: 2, laneEntries: 4, threads: 2, accounts: 3, breakers: 2, affinity: 5 })
+  t.same(dimsOf(ledger.init.sab), dims, 'dims round-trip')
+  t.equal(ledger.init.sab.byteLength, l.byteLength)
+  t.throws(() => computeLayout({ ...dims, accounts: -1 }), RangeError, 'negative accounts')
+  t.throws(() => computeLayout({ ...dims, breakers: 0.5 }), RangeError, 'fractional breakers')
+  assertIdle(t, ledger)
+})
