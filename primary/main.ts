@@ -17,6 +17,7 @@ import { startAdmin } from './admin.ts'
 import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
 import { createLogger } from '../src/log.ts'
+import { moduleUrl } from '../src/modules.ts'
 
 /** The embedded sim's address: never another interface (it is unauthenticated). */
 const SIM_HOST = '127.0.0.1'
@@ -175,7 +176,7 @@ export async function probePort (host: string, port: number): Promise<number> {
 
 /** The embedded simulated provider runs in its own thread, so it never loads the primary. */
 async function startSimThread (host: string, port: number): Promise<{ url: string; worker: Worker }> {
-  const worker = new Worker(new URL('./sim-thread.ts', import.meta.url), { workerData: { host, port }, name: 'sluice-sim' })
+  const worker = new Worker(moduleUrl('./sim-thread.ts', import.meta.url), { workerData: { host, port }, name: 'sluice-sim' })
   const [msg] = await Promise.race([
     once(worker, 'message') as Promise<[{ url: string }]>,
     once(worker, 'error').then(([err]) => { throw err }),

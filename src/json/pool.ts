@@ -43,6 +43,7 @@ import dc from 'node:diagnostics_channel'
 import { isMarkedAsUntransferable, type Worker } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { SluiceError, isErrorCode } from '../errors.ts'
+import { moduleUrl } from '../modules.ts'
 import type { AnswerResult, AnswerTask } from './answer.ts'
 import type { PrepareResult, PrepareTask } from './prepare.ts'
 import type { ParserTask } from './task.ts'
@@ -71,7 +72,7 @@ export interface ParserPoolStats {
   failed: number
 }
 
-const TASK_FILE = new URL('./task.ts', import.meta.url).href
+const TASK_FILE = moduleUrl('./task.ts', import.meta.url).href
 
 interface Tracked {
   exited: Promise<void>
