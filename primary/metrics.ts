@@ -6,7 +6,7 @@ import type { LedgerSnapshot } from '../src/ledger/ledger.ts'
 import type { ErrorCode } from '../src/errors.ts'
 import type { Supervisor } from './supervisor.ts'
 import type { RingSnapshot } from '../src/events/ring.ts'
-import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS } from '../src/ledger/layout.ts'
+import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_UPSTREAM_WAITS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
@@ -114,6 +114,7 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_stream_pending_bytes', 'gauge', 'Stream bytes held back (an unfinished frame) or queued to clients.', g[RG_PENDING_BYTES])
     w.metric('sluice_stream_inspector_bytes', 'gauge', 'Bytes held by the SSE framers (inspector bytes).', g[RG_INSPECTOR_BYTES])
     w.metric('sluice_session_event_streams', 'gauge', 'Open session event streams (GET /v1/sessions/:id/events).', g[RG_EVENT_STREAMS])
+    w.metric('sluice_upstream_connection_waits_total', 'counter', 'Provider requests that queued in a connection pool for a free connection (upstream.connections).', g[RG_UPSTREAM_WAITS])
     // Named by DESIGN.md for protocol translation, which is not built: same-protocol routes
     // relay tool arguments and continuation metadata as bytes and buffer none of them, so the
     // true figure is 0. Exported so dashboards and alerts can be written now.

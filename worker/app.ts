@@ -21,7 +21,8 @@ import { EventRing } from '../src/events/ring.ts'
 import { capabilities } from '../src/capabilities.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
-import { Upstreams } from './upstream.ts'
+import { Upstreams, type UpstreamHooks } from './upstream.ts'
+import { RG_UPSTREAM_WAITS } from '../src/ledger/layout.ts'
 import { missingHost, onCheckExpectation, onClientError } from './framing.ts'
 import { MAX_SESSION_ID } from './sessions.ts'
 
@@ -101,7 +102,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     admission,
     auth: new Authenticator(deps.config.keys),
     router: new Router(deps.config.providers, deps.simUrl, process.env),
-    upstreams: new Upstreams(deps.config.upstream),
+    upstreams: new Upstreams(deps.config.upstream, { onConnectionWait: connectionWaitReporter(deps) }),
     parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
     turns: new TurnPins(deps.ledger),
     sessions: new SessionLanes(deps.ledger),
@@ -166,4 +167,24 @@ export function sendError (ledger: Ledger, reply: FastifyReply, err: SluiceError
   // A body still in the socket is not drained: the connection closes after the answer.
   const close: Record<string, string> = reply.request.raw.complete ? {} : { connection: 'close' }
   reply.code(err.status).headers({ ...err.headers(), ...close }).type('application/json').send(err.toBody())
+}
+
+/**
+ * Every wait for a provider connection is counted (sluice_upstream_connection_waits_total) and
+ * logged, at most one warning per second per origin with the count since the last one.
+ */
+function connectionWaitReporter (deps: { ledger: Ledger; log: Logger }): NonNullable<UpstreamHooks['onConnectionWait']> {
+  const last = new Map<string, { at: number; since: number }>()
+  return (origin, stats) => {
+    deps.ledger.gauge(RG_UPSTREAM_WAITS, 1)
+    const now = Date.now()
+    const l = last.get(origin) ?? { at: 0, since: 0 }
+    l.since++
+    if (now - l.at >= 1000) {
+      deps.log.warn({ origin, ...stats, waitsSinceLastWarning: l.since }, 'waiting for a provider connection: the pool has none free (upstream.connections)')
+      l.at = now
+      l.since = 0
+    }
+    last.set(origin, l)
+  }
 }

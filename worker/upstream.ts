@@ -2,7 +2,8 @@
 // idle-between-chunks timeouts), header policy both ways, and the mapping of transport
 // failures to catalogue codes.
 
-import { Pool, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
+import { Pool } from '../src/net/pool.ts'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 import type { Config, Protocol } from '../src/config/schema.ts'
 import { MAX_RETRY_AFTER_SECONDS, retryAfterSeconds } from '../src/protocols/provider-error.ts'
@@ -42,14 +43,25 @@ export interface UpstreamRequest {
   signal: AbortSignal
 }
 
+export interface UpstreamHooks {
+  /**
+   * A request found no free connection in its pool and queued inside undici for one. With
+   * upstream.connections >= limits.maxActiveExchanges (enforced by the config) an admitted
+   * exchange never should; when one does, it is counted and logged, never silent.
+   */
+  onConnectionWait? (origin: string, stats: { queued: number; running: number; connected: number; connections: number }): void
+}
+
 export class Upstreams {
   private readonly pools = new Map<string, Pool>()
   private readonly cfg: Config['upstream']
   private readonly extra: ReadonlySet<string>
+  private readonly hooks: UpstreamHooks
 
-  constructor (cfg: Config['upstream']) {
+  constructor (cfg: Config['upstream'], hooks: UpstreamHooks = {}) {
     this.cfg = cfg
     this.extra = new Set(cfg.forwardHeaders)
+    this.hooks = hooks
   }
 
   private pool (origin: string): Pool {
@@ -69,8 +81,12 @@ export class Upstreams {
   /** Sends the request; resolves at the response headers (first byte), or throws a SluiceError. */
   async send (r: UpstreamRequest): Promise<Dispatcher.ResponseData> {
     const url = new URL(r.provider.baseUrl + r.path)
+    const pool = this.pool(url.origin)
+    // undici dispatches synchronously inside request(): a request it could not hand to a
+    // connection is in the pool's queue when request() returns.
+    const queuedBefore = pool.stats.queued
     try {
-      return await this.pool(url.origin).request({
+      const pending = pool.request({
         method: 'POST',
         path: url.pathname + url.search,
         headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra),
@@ -79,6 +95,9 @@ export class Upstreams {
         headersTimeout: this.cfg.firstByteTimeoutMs,
         bodyTimeout: this.cfg.idleTimeoutMs,
       })
+      const s = pool.stats
+      if (s.queued > queuedBefore) this.hooks.onConnectionWait?.(url.origin, { queued: s.queued, running: s.running, connected: s.connected, connections: this.cfg.connections })
+      return await pending
     } catch (err) {
       throw transportError(err, r.signal)
     }

@@ -143,7 +143,9 @@ export const RG_STREAMS = 0           // relays in flight (active stream readers
 export const RG_PENDING_BYTES = 1     // stream bytes held back or queued to the client
 export const RG_INSPECTOR_BYTES = 2   // bytes held by the SSE framer (an unfinished frame)
 export const RG_EVENT_STREAMS = 3     // open session event streams (GET /v1/sessions/:id/events)
-export const ROW_GAUGES = 4
+export const RG_UPSTREAM_WAITS = 4    // provider requests that had to queue in an undici pool for a
+                                      // connection (only ever added to: a count, exported as a counter)
+export const ROW_GAUGES = 5
 /** Per-row latency histograms (layout version 3): HIST_COUNT histograms of HIST_FIELDS cells. */
 export const R_HISTS = R_GAUGES + ROW_GAUGES
 export const HIST_QUEUE_WAIT = 0      // lane wait + exchange-gate wait, per admitted exchange

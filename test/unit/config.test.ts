@@ -28,6 +28,8 @@ const invalid: Array<[string, unknown, string]> = [
   ['heap fraction above 1', { limits: { workerHeapAdmitFraction: 1.5 } }, 'limits.workerHeapAdmitFraction'],
   ['demo key off loopback', { listen: { host: '0.0.0.0' }, keys: [{ name: 'd', sha256: sha256Hex(DEMO_KEY) }] }, 'listen.host'],
   ['not an object', [], '(root)'],
+  ['provider pool smaller than the active limit', { limits: { maxActiveExchanges: 96 } }, 'upstream.connections'],
+  ['provider pool smaller than the active limit, both set', { limits: { maxActiveExchanges: 40 }, upstream: { connections: 39 } }, 'upstream.connections'],
 ]
 
 for (const [name, cfg, key] of invalid) {
@@ -38,6 +40,14 @@ for (const [name, cfg, key] of invalid) {
     t.ok(err.message.startsWith(`${key}: `), err.message)
   })
 }
+
+t.test('upstream.connections below limits.maxActiveExchanges: the message names both keys and both values', async (t) => {
+  const err = t.throws(() => validateConfig({ limits: { maxActiveExchanges: 96 } })) as ConfigError
+  t.match(err.message, /^upstream\.connections: 64 is below limits\.maxActiveExchanges \(96\)/)
+  t.match(err.message, /upstream\.connections >= limits\.maxActiveExchanges/)
+  t.equal(validateConfig({ limits: { maxActiveExchanges: 96 }, upstream: { connections: 96 } }).upstream.connections, 96, 'equal is enough')
+  t.equal(validateConfig({ limits: { maxActiveExchanges: 8 }, upstream: { connections: 1000 } }).upstream.connections, 1000, 'more is allowed')
+})
 
 t.test('defaults are the DESIGN.md fixed limits', async (t) => {
   const c = validateConfig({})
