@@ -40,6 +40,9 @@ export const limitsSchema = z.strictObject({
   parserHeapMb: int(16).default(256),
   parserYoungGenMb: int(1).default(16),
   parserThreads: int(1).max(64).default(1),
+  /** 0: parser threads always warm. Else a thread starts with the first parse that needs it and
+   *  is retired after this long without one (less idle RSS; the first parse after pays the start). */
+  parserIdleMs: int(0).default(0),
   healthGuardMs: int(1).default(1000),
   /** A request whose header block is not complete within this is refused (408 http_headers_timeout). */
   headersTimeoutMs: int(1).default(60_000),
