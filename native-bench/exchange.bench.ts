@@ -64,6 +64,8 @@ const PROFILE_DIR = profIdx >= 0 ? args[profIdx + 1] : undefined
 const HERE = fileURLToPath(new URL('.', import.meta.url))
 const BIN = fileURLToPath(new URL(SOURCES ? '../bin/sluice.ts' : '../dist/bin/sluice.js', import.meta.url))
 const BUILD = fileURLToPath(new URL('../scripts/build.ts', import.meta.url))
+/** The other kind of entry, measured beside (idle RSS and start) for the .ts/.js comparison. */
+const OTHER_BIN = fileURLToPath(new URL(SOURCES ? '../dist/bin/sluice.js' : '../bin/sluice.ts', import.meta.url))
 const NODE = process.execPath
 const KEY = 'sk-bench-exchange-' + randomBytes(8).toString('hex')
 const STARTED = performance.now()
@@ -255,7 +257,7 @@ interface Sluice {
   ownStartMs: number
 }
 
-async function startSluice (name: string, simUrl: string, extra: Record<string, unknown>, quota: Quota, nodeFlags: string[] = []): Promise<Sluice> {
+async function startSluice (name: string, simUrl: string, extra: Record<string, unknown>, quota: Quota, nodeFlags: string[] = [], bin = BIN): Promise<Sluice> {
   let lastErr = ''
   for (let attempt = 0; attempt < 3; attempt++) {
     const adminPort = await freePort()
@@ -272,7 +274,7 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
     const t0 = performance.now()
-    const child = launch(name, quota.wrap(NODE, [...nodeFlags, BIN, 'serve', '--config', file]), (line) => {
+    const child = launch(name, quota.wrap(NODE, [...nodeFlags, bin, 'serve', '--config', file]), (line) => {
       if (!line.includes('"sluice ready"')) return false
       const j = JSON.parse(line) as { port: number; startMs: number }
       ready({ port: j.port, startMs: j.startMs, at: performance.now() })
@@ -504,6 +506,16 @@ async function main (): Promise<void> {
   starts.push(gw)
   const { child: pass, port: passPort } = await startPassthrough(simUrl, qPass)
 
+  // the other kind of entry (sources vs compiled), same config, alone under the quota the
+  // default-config instances used: idle RSS before and after a short warm-up, and its start
+  const other = await startSluice('sluice-other', simUrl, { limits: { maxActiveExchanges: 128 }, upstream: { connections: 128 } }, qDef, [], OTHER_BIN)
+  await sleep(500)
+  const otherIdle = rssMb(other.child.pid)
+  for (let r = 0; r < 3; r++) await round(`http://127.0.0.1:${other.port}`, 32, LATENCY_BODY)
+  await sleep(2000)
+  const otherWarm = rssMb(other.child.pid)
+  await stop(other.child)
+
   const held = {
     sluice: qGw.holds(gw.child.pid),
     sluiceDefault: qDef.holds(gwDefault.child.pid),
@@ -622,6 +634,7 @@ async function main (): Promise<void> {
   rows.push([`CPU ms per exchange (${PER_EXCHANGE_N} one-delta streams in sequence)`, '-', f(perEx.pass.ms), f(perEx.sluice.ms), '-', ''])
   rows.push(['RSS idle (before any exchange), MB', '-', f(idle.pass), f(idle.sluice), '<=100', verdict([['', idle.sluice, 100, ' MB']])])
   rows.push(['RSS idle after warm-up (the latency runs), MB', '-', f(idleWarm.pass), f(idleWarm.sluice), '<=100', verdict([['', idleWarm.sluice, 100, ' MB']])])
+  rows.push([`  the ${SOURCES ? 'compiled dist/' : '.ts sources'} instead: idle / after 3 rounds @32, start -> /readyz`, '-', '-', `${f(otherIdle)} / ${f(otherWarm)} MB, ${f(other.readyzMs)} ms`, '', ''])
   rows.push(['RSS peak over all runs (VmHWM), MB', '-', f(hwm.pass), f(hwm.sluice), '<=160', verdict([['', hwm.sluice, 160, ' MB']])])
   rows.push(['RSS peak @96 streams, MB', '-', f(peak96.pass), f(peak96.sluice), '<=160', verdict([['', peak96.sluice, 160, ' MB']])])
   rows.push(['RSS peak @96, default limits, MB', '-', '', f(peak96.sluiceDefault), '<=160', verdict([['', peak96.sluiceDefault, 160, ' MB']])])
@@ -678,6 +691,7 @@ async function main (): Promise<void> {
   const k1 = { pass: cpuPer1k(tp.pass), sluice: cpuPer1k(tp.sluice) }
   issue.push([`relay CPU per 1000 events (2000-event streams, 1 and ${TP_PAR} parallel)`, `${f(k1.pass)} ms`, `${f(k1.sluice)} ms (${f(tp.sluice.parEps / 1000)}k events/s at ${TP_PAR})`, '<= 1.5x the pass-through', `${f(k1.sluice / k1.pass)}x: ${k1.sluice / k1.pass <= 1.5 ? 'met' : 'MISSED'}`])
   issue.push(['RSS idle after warm-up / peak over all runs', `${f(idleWarm.pass)} / ${f(hwm.pass)} MB`, `${f(idleWarm.sluice)} / ${f(hwm.sluice)} MB`, '<= 100 / <= 160 MB', verdict([['idle', idleWarm.sluice, 100, ' MB'], ['peak', hwm.sluice, 160, ' MB']])])
+  issue.push([`  RSS idle before any exchange / after 3 rounds @32: ${SOURCES ? '.ts sources' : 'compiled'} vs ${SOURCES ? 'compiled' : '.ts sources'}`, `${f(idle.pass)} MB`, `${f(idle.sluice)} vs ${f(otherIdle)} MB / - vs ${f(otherWarm)} MB`, '', ''])
   issue.push(['start to healthy (exec -> /readyz 200) under the quota', '-', `${f(pct(readyz, 50))} ms (median of ${readyz.length}: ${readyz.map(f).join(', ')})`, '<= 500 ms', verdict([['', pct(readyz, 50), 500, ' ms']])])
   console.log('')
   console.log(`issue 15 table (one run; sluice = ${SOURCES ? 'the .ts sources' : 'compiled dist/'}, 1 HTTP worker, maxActiveExchanges 128, upstream.connections 128; each under its own 1-vCPU quota; load average before ${loadBefore}, after ${loadavg()}):`)
