@@ -17,7 +17,7 @@ import { SluiceError } from '../src/errors.ts'
 import { moduleUrl } from '../src/modules.ts'
 import type { Logger } from 'pino'
 
-const WORKER_MAIN = moduleUrl('../worker/main.ts', import.meta.url)
+const WORKER_MAIN = moduleUrl('../worker/boot.ts', import.meta.url)
 const BACKOFF_MIN_MS = 100
 const BACKOFF_MAX_MS = 5_000
 /** A worker that lived this long resets the backoff. */

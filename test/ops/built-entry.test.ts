@@ -24,7 +24,7 @@ t.test('the build emits JavaScript only, one module per runtime source', async (
   const { root } = buildDist()
   const files = (readdirSync(join(root, 'dist'), { recursive: true }) as string[]).filter((f) => /\.[a-z]+$/.test(f))
   t.same(files.filter((f) => !f.endsWith('.js')), [], 'no other file in dist/')
-  for (const f of ['bin/sluice.js', 'primary/main.js', 'primary/sim-thread.js', 'worker/main.js', 'src/json/task.js', 'src/modules.js']) t.ok(files.includes(f), f)
+  for (const f of ['bin/sluice.js', 'primary/main.js', 'primary/sim-thread.js', 'worker/boot.js', 'worker/main.js', 'src/json/task.js', 'src/modules.js']) t.ok(files.includes(f), f)
 })
 
 t.test('the compiled gateway, no type stripping anywhere: every protocol, the sim thread, the parser pool, idle after', async (t) => {
