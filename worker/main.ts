@@ -57,6 +57,8 @@ try {
   await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
   const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
+  // The parser threads start once the worker listens (they would compete with its start-up).
+  app.exchange.parser.start()
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })
   process.exit(1)
