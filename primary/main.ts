@@ -18,6 +18,7 @@ import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
 import { createLogger } from '../src/log.ts'
 import { moduleUrl } from '../src/modules.ts'
+import { startIdleCollector } from '../src/idle-gc.ts'
 
 /** The embedded sim's address: never another interface (it is unauthenticated). */
 const SIM_HOST = '127.0.0.1'
@@ -102,10 +103,12 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     throw err
   }
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
+  const stopIdleCollector = startIdleCollector()
 
   let shuttingDown: Promise<void> | null = null
   const shutdown = (reason = 'shutdown'): Promise<void> => {
     shuttingDown ??= (async () => {
+      stopIdleCollector()
       const drainStarted = Date.now()
       const at = ledger.exchange.snapshot()
       log.info({ reason, active: at.active, queued: at.queued, drainMs: config.limits.drainMs }, 'draining')

@@ -8,6 +8,7 @@ import { createThreadLogger } from '../src/log.ts'
 import { buildApp } from './app.ts'
 import { SluiceError } from '../src/errors.ts'
 import { heapFigures } from './admission.ts'
+import { startIdleCollector } from '../src/idle-gc.ts'
 
 /** How long before the primary's drain deadline the worker cuts what is still running. */
 const DRAIN_CUT_MARGIN_MS = 250
@@ -59,6 +60,8 @@ try {
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
   // The parser threads start once the worker listens (they would compete with its start-up).
   app.exchange.parser.start()
+  // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts).
+  startIdleCollector()
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })
   process.exit(1)
