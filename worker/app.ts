@@ -103,7 +103,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     auth: new Authenticator(deps.config.keys),
     router: new Router(deps.config.providers, deps.simUrl, process.env),
     upstreams: new Upstreams(deps.config.upstream, { onConnectionWait: connectionWaitReporter(deps) }),
-    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb, idleMs: limits.parserIdleMs, deferStart: true }),
+    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb, idleMs: limits.parserIdleMs }),
     turns: new TurnPins(deps.ledger),
     sessions: new SessionLanes(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),

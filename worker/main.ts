@@ -58,8 +58,6 @@ try {
   await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
   const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
-  // The parser threads start once the worker listens (they would compete with its start-up).
-  app.exchange.parser.start()
   // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts).
   startIdleCollector()
 } catch (err) {

@@ -64,11 +64,6 @@ export interface ParserPoolOptions {
   youngGenMb: number
   /** Retire a thread after this long without a task (ms); absent or 0: always warm. */
   idleMs?: number
-  /**
-   * Start no thread until start() or the first task (the HTTP worker calls start() once it
-   * listens, so a parser thread's start does not compete with the worker's own on one vCPU).
-   */
-  deferStart?: boolean
   /** Tests only: another task file with the same contract as ./task.ts. */
   filename?: string
 }
@@ -98,8 +93,7 @@ interface Tracked {
 }
 
 export class ParserPool {
-  #piscina: Piscina<ParserTask, PrepareResult | AnswerResult> | null = null
-  readonly #make: () => Piscina<ParserTask, PrepareResult | AnswerResult>
+  readonly #piscina: Piscina<ParserTask, PrepareResult | AnswerResult>
   /** Every thread of this pool from its creation until its 'exit' has been observed. */
   readonly #threads = new Map<Worker, Tracked>()
   readonly #onWorker = (message: unknown): void => { this.#track((message as { worker: Worker }).worker) }
@@ -109,15 +103,15 @@ export class ParserPool {
   #retired = 0
   #closing: Promise<void> | null = null
 
-  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, deferStart = false, filename = TASK_FILE }: ParserPoolOptions) {
+  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE }: ParserPoolOptions) {
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
     for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
     }
     // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
     dc.subscribe('worker_threads', this.#onWorker)
-    this.#make = () => {
-      const p = new Piscina<ParserTask, PrepareResult | AnswerResult>({
+    try {
+      this.#piscina = new Piscina({
         filename,
         minThreads: idleMs > 0 ? 0 : threads,
         maxThreads: threads,
@@ -125,24 +119,13 @@ export class ParserPool {
         resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
         execArgv: withoutPreloads(process.execArgv),
       })
-      // Piscina emits 'error' when a thread with no task fails; without a listener that would
-      // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
-      p.on('error', () => {})
-      return p
+    } catch (err) {
+      dc.unsubscribe('worker_threads', this.#onWorker)
+      throw err
     }
-    if (!deferStart) {
-      try {
-        this.#piscina = this.#make()
-      } catch (err) {
-        dc.unsubscribe('worker_threads', this.#onWorker)
-        throw err
-      }
-    }
-  }
-
-  /** Starts the pool's threads now (a deferStart pool; otherwise nothing to do). */
-  start (): void {
-    if (this.#closing === null) this.#piscina ??= this.#make()
+    // Piscina emits 'error' when a thread with no task fails; without a listener that would
+    // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
+    this.#piscina.on('error', () => {})
   }
 
   /**
@@ -177,7 +160,7 @@ export class ParserPool {
     const lostBefore = this.#lost
     let result: PrepareResult | AnswerResult
     try {
-      result = await (this.#piscina ??= this.#make()).run(task, { transferList: [body.buffer], signal: opts.signal ?? null })
+      result = await this.#piscina.run(task, { transferList: [body.buffer], signal: opts.signal ?? null })
     } catch (err) {
       this.#failed++
       // The caller holds the parse permit until this settles: wait for the dead thread.
@@ -195,7 +178,7 @@ export class ParserPool {
       threadsAlive: this.#threads.size,
       threadsLost: this.#lost,
       threadsRetired: this.#retired,
-      queued: this.#piscina?.queueSize ?? 0,
+      queued: this.#piscina.queueSize,
       completed: this.#completed,
       failed: this.#failed,
     }
@@ -204,7 +187,7 @@ export class ParserPool {
   /** Finish running tasks, stop every thread, and resolve once each thread's exit is observed. */
   close (): Promise<void> {
     this.#closing ??= (async () => {
-      await this.#piscina?.close()
+      await this.#piscina.close()
       await Promise.all([...this.#threads.values()].map((t) => t.exited))
       dc.unsubscribe('worker_threads', this.#onWorker)
     })()
@@ -242,7 +225,7 @@ export class ParserPool {
 
   /** The threads piscina has let go of whose exit has not been observed yet. */
   #departed (): Tracked[] {
-    const current = new Set(this.#piscina?.threads ?? [])
+    const current = new Set(this.#piscina.threads)
     const out: Tracked[] = []
     for (const [worker, t] of this.#threads) if (!current.has(worker)) out.push(t)
     return out
