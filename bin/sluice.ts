@@ -2,8 +2,13 @@
 // The sluice command: `serve` (what npm start runs), `sim`, `check-config`, `load`.
 
 import { parseArgs } from 'node:util'
-import { ConfigError, loadConfig, type Overrides } from '../src/config/load.ts'
-import { TracingConfigError, tracingFromEnv } from '../src/telemetry/tracing.ts'
+import type { Overrides } from '../src/config/load.ts'
+import { useCompileCache } from '../src/modules.ts'
+
+// The compile cache before the rest of the program is loaded (hence the import()s below).
+useCompileCache()
+const { ConfigError, loadConfig } = await import('../src/config/load.ts')
+const { TracingConfigError, tracingFromEnv } = await import('../src/telemetry/tracing.ts')
 
 const USAGE = `usage: sluice <command> [options]
 

@@ -3,8 +3,11 @@
 // pass-through (native-bench/exchange-passthrough.ts, "the price of a bare pass-through") and
 // (c) through sluice (`sluice serve`, one HTTP worker). DESIGN.md "Performance targets".
 //
-//   node native-bench/exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
-// (also run by `npm run bench`). Prints one table; exits 0 unless it crashed — a missed
+//   node native-bench/exchange.bench.ts [--quick] [--sources] [--cpu-prof-dir DIR]
+// (also run by `npm run bench`). sluice runs as production runs it: the compiled
+// dist/bin/sluice.js, built afresh first (scripts/build.ts, what `npm ci` runs); --sources
+// runs bin/sluice.ts instead (type stripping in every thread). The run ends with the table of
+// issue 15 (pass-through beside sluice, targets beside them). Prints one table; exits 0 unless it crashed — a missed
 // target is reported, never a failure. --cpu-prof-dir runs the main sluice instance under
 // `node --cpu-prof` and leaves its profiles (primary and worker threads) in DIR.
 //
@@ -20,8 +23,9 @@
 //      (`#sim ttft=20 tokens=50 interval=10`), in rounds of N streams started together, the
 //      three paths interleaved round by round. "Added" = the path's percentile minus the
 //      direct percentile at the same concurrency. The 96 case runs against a sluice with
-//      limits.maxActiveExchanges=96 and upstream.connections=96 (defaults 32 and 64: with
-//      them 64 of the 96 streams wait by design); the default-limits 96 case is reported
+//      limits.maxActiveExchanges=128 and upstream.connections=128 (defaults 32 and 64: with
+//      them 64 of the 96 streams wait by design); the CPU share of each path's process while
+//      it relays the 96-stream rounds (CPU time / wall time of those rounds); the default-limits 96 case is reported
 //      separately, from a second sluice with the default configuration. The 32 and 96 cases
 //      are also run staggered: N lanes started 500/N ms apart, streams back to back in each,
 //      so about N are in flight but they arrive one by one rather than in one burst (a burst
@@ -30,15 +34,17 @@
 //      sequence and some 8 in parallel: events/s at the client, and the gateway's CPU
 //      (utime+stime from /proc/<pid>/stat, all threads) per 1000 relayed events; and the
 //      gateway's CPU per exchange (one-delta streams in sequence), the fixed cost.
-//   3. memory: VmRSS idle, and the peak (sampled every 50 ms) in the 96-stream run and in the
-//      throughput run; per active stream = (peak - idle) / 96.
+//   3. memory: VmRSS idle (before any exchange, and again 2 s and 12 s after the latency runs),
+//      the peak (sampled every 50 ms) in the 96-stream run and in the throughput run, and the
+//      peak over every run (VmHWM); per active stream = (peak - idle) / 96.
 //   4. caller cancel: N streams aborted mid-stream by the client, one every 20 ms; the time
 //      until the sim saw each exchange end (CLOCK_MONOTONIC in both processes), and whether
 //      every one ended as 'client-closed'.
-//   5. start to healthy: spawn -> first /healthz 200 (admin port chosen free beforehand so it
-//      can be polled from the spawn), several spawns; and spawn -> "sluice ready".
+//   5. start to healthy: exec -> first /readyz 200 (every worker listening; the admin port is
+//      chosen free beforehand so it can be polled from the spawn), under the 1-vCPU quota,
+//      several spawns; and exec -> first /healthz 200, exec -> "sluice ready".
 
-import { spawn, type ChildProcess } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes, createHash } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { get } from 'node:http'
@@ -51,11 +57,15 @@ import { alive, cpuMs, launchChild, machine, makeQuota, rssMb, RssSampler, stopC
 
 const args = process.argv.slice(2)
 const QUICK = args.includes('--quick')
+const SOURCES = args.includes('--sources')
 const profIdx = args.indexOf('--cpu-prof-dir')
 const PROFILE_DIR = profIdx >= 0 ? args[profIdx + 1] : undefined
 
 const HERE = fileURLToPath(new URL('.', import.meta.url))
-const BIN = fileURLToPath(new URL('../bin/sluice.ts', import.meta.url))
+const BIN = fileURLToPath(new URL(SOURCES ? '../bin/sluice.ts' : '../dist/bin/sluice.js', import.meta.url))
+const BUILD = fileURLToPath(new URL('../scripts/build.ts', import.meta.url))
+/** The other kind of entry, measured beside (idle RSS and start) for the .ts/.js comparison. */
+const OTHER_BIN = fileURLToPath(new URL(SOURCES ? '../dist/bin/sluice.js' : '../bin/sluice.ts', import.meta.url))
 const NODE = process.execPath
 const KEY = 'sk-bench-exchange-' + randomBytes(8).toString('hex')
 const STARTED = performance.now()
@@ -181,9 +191,14 @@ function freePort (): Promise<number> {
   })
 }
 
-function healthz (port: number): Promise<boolean> {
+/** The kernel's high-water mark of the process's RSS (VmHWM), MB. */
+function hwmMb (pid: number): number {
+  try { return Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024 } catch { return NaN }
+}
+
+function healthz (port: number, path = '/healthz'): Promise<boolean> {
   return new Promise((resolve) => {
-    const req = get({ host: '127.0.0.1', port, path: '/healthz', agent: false, timeout: 1000 }, (res) => {
+    const req = get({ host: '127.0.0.1', port, path, agent: false, timeout: 1000 }, (res) => {
       res.resume()
       resolve(res.statusCode === 200)
     })
@@ -234,13 +249,15 @@ interface Sluice {
   adminPort: number
   /** spawn -> first /healthz 200 */
   healthyMs: number
+  /** spawn -> first /readyz 200 */
+  readyzMs: number
   /** spawn -> the "sluice ready" log line (every worker listening) */
   readyMs: number
   /** startMs as sluice logs it itself */
   ownStartMs: number
 }
 
-async function startSluice (name: string, simUrl: string, extra: Record<string, unknown>, quota: Quota, nodeFlags: string[] = []): Promise<Sluice> {
+async function startSluice (name: string, simUrl: string, extra: Record<string, unknown>, quota: Quota, nodeFlags: string[] = [], bin = BIN): Promise<Sluice> {
   let lastErr = ''
   for (let attempt = 0; attempt < 3; attempt++) {
     const adminPort = await freePort()
@@ -257,23 +274,25 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
     const t0 = performance.now()
-    const child = launch(name, quota.wrap(NODE, [...nodeFlags, BIN, 'serve', '--config', file]), (line) => {
+    const child = launch(name, quota.wrap(NODE, [...nodeFlags, bin, 'serve', '--config', file]), (line) => {
       if (!line.includes('"sluice ready"')) return false
       const j = JSON.parse(line) as { port: number; startMs: number }
       ready({ port: j.port, startMs: j.startMs, at: performance.now() })
       return true
     }, { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') })
     let healthyAt = NaN
+    let readyzAt = NaN
     const polling = (async () => {
       while (!child.gone && performance.now() - t0 < 15_000) {
-        if (await healthz(adminPort)) { healthyAt = performance.now(); return }
+        if (Number.isNaN(healthyAt) && await healthz(adminPort)) healthyAt = performance.now()
+        if (!Number.isNaN(healthyAt) && await healthz(adminPort, '/readyz')) { readyzAt = performance.now(); return }
         await sleep(2)
       }
     })()
     const r = await Promise.race([readyP, child.exited.then(() => null), sleep(20_000).then(() => null)])
     await polling
-    if (r !== null && !Number.isNaN(healthyAt)) {
-      return { child, port: r.port, adminPort, healthyMs: healthyAt - t0, readyMs: r.at - t0, ownStartMs: r.startMs }
+    if (r !== null && !Number.isNaN(readyzAt)) {
+      return { child, port: r.port, adminPort, healthyMs: healthyAt - t0, readyzMs: readyzAt - t0, readyMs: r.at - t0, ownStartMs: r.startMs }
     }
     lastErr = child.tail
     await stop(child)
@@ -457,6 +476,10 @@ const loadavg = (): string => { try { return readFileSync('/proc/loadavg', 'utf8
 let loadBefore = '?'
 
 async function main (): Promise<void> {
+  if (!SOURCES) {
+    const b = spawnSync(NODE, [BUILD], { stdio: ['ignore', 'ignore', 'inherit'] })
+    if (b.status !== 0) throw new Error('the build (scripts/build.ts) failed')
+  }
   loadBefore = loadavg()
   const tag = `sluice-exchange-bench-${process.pid}`
   const qGw = makeQuota(`${tag}-gw`); quotas.push(qGw)
@@ -477,11 +500,21 @@ async function main (): Promise<void> {
   }
   const profFlags = PROFILE_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []
   const gw = await startSluice('sluice', simUrl, {
-    limits: { maxActiveExchanges: 96 },
-    upstream: { connections: 96 },
+    limits: { maxActiveExchanges: 128 },
+    upstream: { connections: 128 },
   }, qGw, profFlags)
   starts.push(gw)
   const { child: pass, port: passPort } = await startPassthrough(simUrl, qPass)
+
+  // the other kind of entry (sources vs compiled), same config, alone under the quota the
+  // default-config instances used: idle RSS before and after a short warm-up, and its start
+  const other = await startSluice('sluice-other', simUrl, { limits: { maxActiveExchanges: 128 }, upstream: { connections: 128 } }, qDef, [], OTHER_BIN)
+  await sleep(500)
+  const otherIdle = rssMb(other.child.pid)
+  for (let r = 0; r < 3; r++) await round(`http://127.0.0.1:${other.port}`, 32, LATENCY_BODY)
+  await sleep(2000)
+  const otherWarm = rssMb(other.child.pid)
+  await stop(other.child)
 
   const held = {
     sluice: qGw.holds(gw.child.pid),
@@ -504,6 +537,8 @@ async function main (): Promise<void> {
   // 1. latency, the three paths interleaved round by round
   const lat: Record<number, Record<PathKey, Lat>> = {}
   const peak96 = { sluice: NaN, pass: NaN, sluiceDefault: NaN }
+  // CPU time / wall time of each path's own 96-stream rounds
+  const share96 = { pass: { cpu: 0, wall: 0 }, sluice: { cpu: 0, wall: 0 } }
   for (const c of CONCURRENCY) {
     lat[c] = { direct: newLat(), pass: newLat(), sluice: newLat() }
     for (const p of paths) { await round(p.origin, c, LATENCY_BODY); await sleep(30) } // warm-up: connections on every hop
@@ -511,12 +546,24 @@ async function main (): Promise<void> {
     const rounds = c === 1 ? C1_ROUNDS : C_ROUNDS
     for (let r = 0; r < rounds; r++) {
       for (const p of paths) {
+        const cpu0 = p.pid === null ? NaN : cpuMs(p.pid)
+        const t0 = performance.now()
         record(lat[c][p.key], await round(p.origin, c, LATENCY_BODY))
+        if (c === 96 && p.key !== 'direct') {
+          share96[p.key].cpu += cpuMs(p.pid!) - cpu0
+          share96[p.key].wall += performance.now() - t0
+        }
         await sleep(30)
       }
     }
     if (c === 96) { peak96.sluice = sampler.peak(gw.child.pid); peak96.pass = sampler.peak(pass.pid) }
   }
+  // idle again after the latency runs (warm: connections, JIT, heaps grown), settled
+  await sleep(2000)
+  const idleWarm2 = { sluice: rssMb(gw.child.pid), pass: rssMb(pass.pid) }
+  // and 12 s on: an idle period long enough for sluice's idle collection (src/idle-gc.ts)
+  await sleep(10_000)
+  const idleWarm = { sluice: rssMb(gw.child.pid), pass: rssMb(pass.pid) }
   // the same concurrency with staggered arrivals
   const stag: Record<number, Record<PathKey, Lat>> = {}
   for (const c of [32, 96]) {
@@ -550,6 +597,7 @@ async function main (): Promise<void> {
   for (const p of paths) cn[p.key] = await cancel(p, CANCEL_N)
 
   const throttled = { sluice: qGw.throttled(), pass: qPass.throttled(), sluiceDefault: throttledDefault }
+  const hwm = { sluice: hwmMb(gw.child.pid), pass: hwmMb(pass.pid) }
   await Promise.all([stop(gw.child), stop(pass), stop(sim)])
   await cleanup()
 
@@ -562,7 +610,7 @@ async function main (): Promise<void> {
     const [s50, s99] = add('sluice')
     const [p50, p99] = add('pass')
     rows.push([
-      `${what === 'ttfb' ? 'TTFB' : 'total'} @${c}${staggered ? ' staggered' : ''}${c === 96 ? ' (max active 96)' : ''}, ms p50/p99`,
+      `${what === 'ttfb' ? 'TTFB' : 'total'} @${c}${staggered ? ' staggered' : ''}${c === 96 ? ' (max active 128)' : ''}, ms p50/p99`,
       pair(f(pct(d, 50)), f(pct(d, 99))),
       pair(plus(p50), plus(p99)),
       pair(plus(s50), plus(s99)),
@@ -587,7 +635,11 @@ async function main (): Promise<void> {
   const cpuPer1k = (t: Throughput) => t.cpuMs / (t.events / 1000)
   rows.push([`CPU ms per 1000 relayed events (${f(tp.sluice.events / 1000)}k events)`, '-', f(cpuPer1k(tp.pass)), f(cpuPer1k(tp.sluice)), '<=2', verdict([['', cpuPer1k(tp.sluice), 2, ' ms']])])
   rows.push([`CPU ms per exchange (${PER_EXCHANGE_N} one-delta streams in sequence)`, '-', f(perEx.pass.ms), f(perEx.sluice.ms), '-', ''])
-  rows.push(['RSS idle, MB', '-', f(idle.pass), f(idle.sluice), '<=100', verdict([['', idle.sluice, 100, ' MB']])])
+  rows.push(['RSS idle (before any exchange), MB', '-', f(idle.pass), f(idle.sluice), '<=100', verdict([['', idle.sluice, 100, ' MB']])])
+  rows.push(['RSS idle 2 s after warm-up (the latency runs), MB', '-', f(idleWarm2.pass), f(idleWarm2.sluice), '<=100', verdict([['', idleWarm2.sluice, 100, ' MB']])])
+  rows.push(['RSS idle 12 s after warm-up, MB', '-', f(idleWarm.pass), f(idleWarm.sluice), '<=100', verdict([['', idleWarm.sluice, 100, ' MB']])])
+  rows.push([`  the ${SOURCES ? 'compiled dist/' : '.ts sources'} instead: idle / after 3 rounds @32, start -> /readyz`, '-', '-', `${f(otherIdle)} / ${f(otherWarm)} MB, ${f(other.readyzMs)} ms`, '', ''])
+  rows.push(['RSS peak over all runs (VmHWM), MB', '-', f(hwm.pass), f(hwm.sluice), '<=160', verdict([['', hwm.sluice, 160, ' MB']])])
   rows.push(['RSS peak @96 streams, MB', '-', f(peak96.pass), f(peak96.sluice), '<=160', verdict([['', peak96.sluice, 160, ' MB']])])
   rows.push(['RSS peak @96, default limits, MB', '-', '', f(peak96.sluiceDefault), '<=160', verdict([['', peak96.sluiceDefault, 160, ' MB']])])
   rows.push(['RSS peak in the throughput run, MB', '-', f(peakTp.pass), f(peakTp.sluice), '<=160', verdict([['', peakTp.sluice, 160, ' MB']])])
@@ -597,7 +649,9 @@ async function main (): Promise<void> {
   const reach = (k: PathKey) => `${cn[k].reached}/${cn[k].n}`
   rows.push(['  ...cancels that reached the upstream', reach('direct'), reach('pass'), reach('sluice'), 'every time', cn.sluice.reached === cn.sluice.n ? 'met' : `MISSED: ${JSON.stringify(cn.sluice.outcomes)}`])
   const healthy = starts.map((s) => s.healthyMs)
-  rows.push([`start -> /healthz 200, ms median (${starts.length} spawns)`, '-', '-', f(pct(healthy, 50)), '<=500', verdict([['', pct(healthy, 50), 500, ' ms']])])
+  const readyz = starts.map((s) => s.readyzMs)
+  rows.push([`start -> /readyz 200, ms median (${starts.length} spawns)`, '-', '-', f(pct(readyz, 50)), '<=500', verdict([['', pct(readyz, 50), 500, ' ms']])])
+  rows.push([`start -> /healthz 200, ms median`, '-', '-', f(pct(healthy, 50)), '', ''])
   rows.push(['start -> "sluice ready" (workers listening), ms', '-', '-', `${f(pct(starts.map((s) => s.readyMs), 50))} (own startMs ${f(pct(starts.map((s) => s.ownStartMs), 50))})`, '', ''])
 
   const errors = {
@@ -614,13 +668,38 @@ async function main (): Promise<void> {
   console.log('upstream: the sim (startSim) in its own process, outside the quota; load: undici Agent in the bench process, outside the quota')
   console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32/@96 ${C_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
   console.log(`staggered: N lanes started 500/N ms apart, ${LANE_STREAMS} streams each back to back (first not counted): ~N in flight, arriving one by one`)
-  console.log('@96: sluice with limits.maxActiveExchanges=96 and upstream.connections=96 (defaults 32 and 64); "default limits" = a second sluice with the default config')
+  console.log('@96: sluice with limits.maxActiveExchanges=128 and upstream.connections=128 (defaults 32 and 64); "default limits" = a second sluice with the default config')
   console.log('')
   console.log(table(rows))
   console.log('')
   console.log(`errors: ${bad.length === 0 ? 'none' : bad.map(([k, n]) => `${k}=${n}`).join(', ') + (firstErr ? ` (first: ${firstErr})` : '')}`)
-  console.log(`start spawns, ms to /healthz 200: ${healthy.map(f).join(', ')} (last = the max-active-96 instance)`)
+  console.log(`start spawns, ms to /readyz 200: ${readyz.map(f).join(', ')}; to /healthz 200: ${healthy.map(f).join(', ')} (last = the max-active-128 instance)`)
   if (PROFILE_DIR !== undefined) console.log(`cpu profiles of the main sluice instance: ${PROFILE_DIR}`)
+
+  // The table of issue 15: pass-through beside sluice, this run only.
+  const added = (L: Record<number, Record<PathKey, Lat>>, c: number, k: PathKey) =>
+    [pct(L[c][k].ttfb, 50) - pct(L[c].direct.ttfb, 50), pct(L[c][k].ttfb, 99) - pct(L[c].direct.ttfb, 99)]
+  const share = (k: 'pass' | 'sluice') => 100 * share96[k].cpu / share96[k].wall
+  const issue: string[][] = [['figure', 'pass-through', 'sluice', 'target', 'sluice vs target']]
+  for (const c of [32, 96]) {
+    const [p50, p99] = added(lat, c, 'pass')
+    const [s50, s99] = added(lat, c, 'sluice')
+    issue.push([`added TTFB p50 / p99, ${c} streams (started together)`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
+  }
+  for (const c of [32, 96]) {
+    const [p50, p99] = added(stag, c, 'pass')
+    const [s50, s99] = added(stag, c, 'sluice')
+    issue.push([`  ${c} streams, arrivals staggered`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
+  }
+  issue.push(['CPU share while relaying 96 streams', `${f(share('pass'))} %`, `${f(share('sluice'))} %`, '<= 1.3x the pass-through', `${f(share('sluice') / share('pass'))}x: ${share('sluice') / share('pass') <= 1.3 ? 'met' : 'MISSED'}`])
+  const k1 = { pass: cpuPer1k(tp.pass), sluice: cpuPer1k(tp.sluice) }
+  issue.push([`relay CPU per 1000 events (2000-event streams, 1 and ${TP_PAR} parallel)`, `${f(k1.pass)} ms`, `${f(k1.sluice)} ms (${f(tp.sluice.parEps / 1000)}k events/s at ${TP_PAR})`, '<= 1.5x the pass-through', `${f(k1.sluice / k1.pass)}x: ${k1.sluice / k1.pass <= 1.5 ? 'met' : 'MISSED'}`])
+  issue.push(['RSS idle 12 s after warm-up / peak over all runs', `${f(idleWarm.pass)} / ${f(hwm.pass)} MB`, `${f(idleWarm.sluice)} / ${f(hwm.sluice)} MB`, '<= 100 / <= 160 MB', verdict([['idle', idleWarm.sluice, 100, ' MB'], ['peak', hwm.sluice, 160, ' MB']])])
+  issue.push([`  RSS idle before any exchange / after 3 rounds @32: ${SOURCES ? '.ts sources' : 'compiled'} vs ${SOURCES ? 'compiled' : '.ts sources'}`, `${f(idle.pass)} MB`, `${f(idle.sluice)} vs ${f(otherIdle)} MB / - vs ${f(otherWarm)} MB`, '', ''])
+  issue.push(['start to healthy (exec -> /readyz 200) under the quota', '-', `${f(pct(readyz, 50))} ms (median of ${readyz.length}: ${readyz.map(f).join(', ')})`, '<= 500 ms', verdict([['', pct(readyz, 50), 500, ' ms']])])
+  console.log('')
+  console.log(`issue 15 table (one run; sluice = ${SOURCES ? 'the .ts sources' : 'compiled dist/'}, 1 HTTP worker, maxActiveExchanges 128, upstream.connections 128; each under its own 1-vCPU quota; load average before ${loadBefore}, after ${loadavg()}):`)
+  console.log(table(issue))
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
 }
 

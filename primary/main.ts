@@ -22,6 +22,8 @@ import { startAdmin } from './admin.ts'
 import { Supervisor } from './supervisor.ts'
 import { VERSION } from '../src/version.ts'
 import { createLogger } from '../src/log.ts'
+import { moduleUrl } from '../src/modules.ts'
+import { startIdleCollector } from '../src/idle-gc.ts'
 
 /** The embedded sim's address: never another interface (it is unauthenticated). */
 const SIM_HOST = '127.0.0.1'
@@ -123,10 +125,12 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     throw err
   }
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
+  const stopIdleCollector = startIdleCollector()
 
   let shuttingDown: Promise<void> | null = null
   const shutdown = (reason = 'shutdown'): Promise<void> => {
     shuttingDown ??= (async () => {
+      stopIdleCollector()
       const drainStarted = Date.now()
       const at = ledger.exchange.snapshot()
       log.info({ reason, active: at.active, queued: at.queued, drainMs: config.limits.drainMs }, 'draining')
@@ -197,7 +201,7 @@ export async function probePort (host: string, port: number): Promise<number> {
 
 /** The embedded simulated provider runs in its own thread, so it never loads the primary. */
 async function startSimThread (host: string, port: number): Promise<{ url: string; worker: Worker }> {
-  const worker = new Worker(new URL('./sim-thread.ts', import.meta.url), { workerData: { host, port }, name: 'sluice-sim' })
+  const worker = new Worker(moduleUrl('./sim-thread.ts', import.meta.url), { workerData: { host, port }, name: 'sluice-sim' })
   const [msg] = await Promise.race([
     once(worker, 'message') as Promise<[{ url: string }]>,
     once(worker, 'error').then(([err]) => { throw err }),

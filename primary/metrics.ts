@@ -9,7 +9,7 @@ import type { RingSnapshot } from '../src/events/ring.ts'
 import type { StoreSnapshot } from '../src/state/store.ts'
 import type { ProvidersSnapshot } from '../src/ledger/providers.ts'
 import { providerSlots } from '../src/routing.ts'
-import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RETRY_REASON_NAMES, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_TOOL_ARGUMENT_BYTES, RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
+import { HIST_BOUNDS_MS, HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RETRY_REASON_NAMES, RG_EVENT_STREAMS, RG_INSPECTOR_BYTES, RG_PENDING_BYTES, RG_STREAMS, RG_TOOL_ARGUMENT_BYTES, RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TRANSLATIONS, RG_UPSTREAM_WAITS } from '../src/ledger/layout.ts'
 
 export interface PrimaryCounters {
   refusals: () => Map<ErrorCode, number>
@@ -126,6 +126,7 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
     w.metric('sluice_stream_pending_bytes', 'gauge', 'Stream bytes held back (an unfinished frame) or queued to clients.', g[RG_PENDING_BYTES])
     w.metric('sluice_stream_inspector_bytes', 'gauge', 'Bytes held by the SSE framers (inspector bytes).', g[RG_INSPECTOR_BYTES])
     w.metric('sluice_session_event_streams', 'gauge', 'Open session event streams (GET /v1/sessions/:id/events).', g[RG_EVENT_STREAMS])
+    w.metric('sluice_upstream_connection_waits_total', 'counter', 'Provider requests that queued in a connection pool for a free connection (upstream.connections).', g[RG_UPSTREAM_WAITS])
     // Protocol translation's retained bytes (same-protocol routes relay tool arguments as bytes
     // and buffer none of them): charged before they are kept, returned as each item is emitted.
     w.metric('sluice_tool_argument_bytes', 'gauge', 'Tool-call argument bytes buffered by protocol translation (pending calls, per call and per turn).', g[RG_TOOL_ARGUMENT_BYTES])

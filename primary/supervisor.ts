@@ -15,9 +15,10 @@ import { eventText } from '../src/events/text.ts'
 import type { LostEntry } from '../src/ledger/lanes.ts'
 import { PRIMARY_ROW } from '../src/ledger/layout.ts'
 import { SluiceError } from '../src/errors.ts'
+import { moduleUrl } from '../src/modules.ts'
 import type { Logger } from 'pino'
 
-const WORKER_MAIN = new URL('../worker/main.ts', import.meta.url)
+const WORKER_MAIN = moduleUrl('../worker/boot.ts', import.meta.url)
 const BACKOFF_MIN_MS = 100
 const BACKOFF_MAX_MS = 5_000
 /** A worker that lived this long resets the backoff. */

@@ -24,7 +24,8 @@ import { EventRing } from '../src/events/ring.ts'
 import { ConversationStore } from '../src/state/store.ts'
 import { VERSION } from '../src/version.ts'
 import { startTracing, tracingFromEnv } from '../src/telemetry/tracing.ts'
-import { Upstreams } from './upstream.ts'
+import { Upstreams, type UpstreamHooks } from './upstream.ts'
+import { RG_UPSTREAM_WAITS } from '../src/ledger/layout.ts'
 import { missingHost, onCheckExpectation, onClientError } from './framing.ts'
 import { MAX_SESSION_ID } from './session-id.ts'
 
@@ -106,8 +107,8 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     admission,
     auth: new Authenticator(deps.config.keys),
     router: new Router(deps.config.providers, deps.simUrl, process.env),
-    upstreams: new Upstreams(deps.config.upstream, { providers: deps.ledger.providers, log: (fields, msg) => deps.log.info(fields, msg) }),
-    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb }),
+    upstreams: new Upstreams(deps.config.upstream, { providers: deps.ledger.providers, log: (fields, msg) => deps.log.info(fields, msg), onConnectionWait: connectionWaitReporter(deps) }),
+    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb, idleMs: limits.parserIdleMs }),
     turns: new TurnPins(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
     continuations: deps.continuations ? new ConversationStore(deps.continuations, deps.ledger.row) : null,
@@ -153,5 +154,25 @@ export async function buildApp (deps: AppDeps): Promise<App> {
       await exchange.background.close()
       await Promise.all([exchange.upstreams.close(), exchange.parser.close(), tracing?.shutdown()])
     },
+  }
+}
+
+/**
+ * Every wait for a provider connection is counted (sluice_upstream_connection_waits_total) and
+ * logged, at most one warning per second per origin with the count since the last one.
+ */
+function connectionWaitReporter (deps: { ledger: Ledger; log: Logger }): NonNullable<UpstreamHooks['onConnectionWait']> {
+  const last = new Map<string, { at: number; since: number }>()
+  return (origin, stats) => {
+    deps.ledger.gauge(RG_UPSTREAM_WAITS, 1)
+    const now = Date.now()
+    const l = last.get(origin) ?? { at: 0, since: 0 }
+    l.since++
+    if (now - l.at >= 1000) {
+      deps.log.warn({ origin, ...stats, waitsSinceLastWarning: l.since }, 'waiting for a provider connection: the pool has none free (upstream.connections)')
+      l.at = now
+      l.since = 0
+    }
+    last.set(origin, l)
   }
 }

@@ -8,6 +8,7 @@ import { createThreadLogger } from '../src/log.ts'
 import { buildApp } from './app.ts'
 import { SluiceError } from '../src/errors.ts'
 import { heapFigures } from './admission.ts'
+import { startIdleCollector } from '../src/idle-gc.ts'
 
 /** How long before the primary's drain deadline the worker cuts what is still running. */
 const DRAIN_CUT_MARGIN_MS = 250
@@ -58,6 +59,8 @@ try {
   await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
   const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
+  // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts).
+  startIdleCollector()
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })
   process.exit(1)

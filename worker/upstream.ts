@@ -19,7 +19,8 @@
 // send() resolves before the exchange writes any byte downstream (worker/exchange.ts awaits
 // it before any writeHead), so no retry can follow a first downstream byte.
 
-import { Pool, type Dispatcher } from 'undici'
+import type { Dispatcher } from 'undici'
+import { Pool } from '../src/net/pool.ts'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 import type { Config, Protocol } from '../src/config/schema.ts'
 import { MAX_RETRY_AFTER_SECONDS, retryAfterSeconds } from '../src/protocols/provider-error.ts'
@@ -86,18 +87,29 @@ export interface UpstreamOptions {
   log?: (fields: Record<string, unknown>, msg: string) => void
 }
 
+export interface UpstreamHooks {
+  /**
+   * A request found no free connection in its pool and queued inside undici for one. With
+   * upstream.connections >= limits.maxActiveExchanges (enforced by the config) an admitted
+   * exchange never should; when one does, it is counted and logged, never silent.
+   */
+  onConnectionWait? (origin: string, stats: { queued: number; running: number; connected: number; connections: number }): void
+}
+
 export class Upstreams {
   private readonly pools = new Map<string, Pool>()
   private readonly cfg: Config['upstream']
   private readonly extra: ReadonlySet<string>
   private readonly state: ProviderState | null
   private readonly log: (fields: Record<string, unknown>, msg: string) => void
+  private readonly hooks: UpstreamHooks
 
-  constructor (cfg: Config['upstream'], opts: UpstreamOptions = {}) {
+  constructor (cfg: Config['upstream'], opts: UpstreamOptions & UpstreamHooks = {}) {
     this.cfg = cfg
     this.extra = new Set(cfg.forwardHeaders)
     this.state = opts.providers ?? null
     this.log = opts.log ?? (() => {})
+    this.hooks = opts
   }
 
   private pool (origin: string): Pool {
@@ -267,7 +279,11 @@ export class Upstreams {
 
   /** One request on one account; resolves at the response headers, or throws the transport error (unmapped). */
   private async attempt (r: UpstreamRequest, account: ResolvedAccount, url = new URL(r.provider.baseUrl + r.path)): Promise<Dispatcher.ResponseData> {
-    const p = this.pool(url.origin).request({
+    const pool = this.pool(url.origin)
+    // undici dispatches synchronously inside request(): a request it could not hand to a
+    // connection is in the pool's queue when request() returns.
+    const queuedBefore = pool.stats.queued
+    const p = pool.request({
       method: 'POST',
       path: url.pathname + url.search,
       headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra, account.apiKey),
@@ -276,6 +292,8 @@ export class Upstreams {
       headersTimeout: this.cfg.firstByteTimeoutMs,
       bodyTimeout: this.cfg.idleTimeoutMs,
     })
+    const st = pool.stats
+    if (st.queued > queuedBefore) this.hooks.onConnectionWait?.(url.origin, { queued: st.queued, running: st.running, connected: st.connected, connections: this.cfg.connections })
     if (this.state !== null && this.state.accounts > 0) return p
     try {
       return await p

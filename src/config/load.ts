@@ -165,6 +165,13 @@ function crossCheck (c: Config): void {
       if (!matchesAny(target, p.models)) throw new ConfigError(`providers.${i}.aliases.${alias}`, `target ${JSON.stringify(target)} is not among this provider's models`)
     }
   })
+  // Every upstream request is made by an exchange holding an exchange permit, and each HTTP
+  // worker has its own pool per provider origin: with at least maxActiveExchanges connections
+  // no admitted exchange can wait inside undici's pool for a connection (a wait the ledger
+  // would not see: the permit held, nothing queued, nothing in /metrics).
+  if (c.upstream.connections < c.limits.maxActiveExchanges) {
+    throw new ConfigError('upstream.connections', `${c.upstream.connections} is below limits.maxActiveExchanges (${c.limits.maxActiveExchanges}): admitted exchanges beyond ${c.upstream.connections} would hold their permit while waiting, unseen, for a provider connection; set upstream.connections >= limits.maxActiveExchanges`)
+  }
   const keyNames = new Set<string>()
   c.keys.forEach((k, i) => {
     if (keyNames.has(k.name)) throw new ConfigError(`keys.${i}.name`, `duplicate key name ${JSON.stringify(k.name)}`)

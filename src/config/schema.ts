@@ -47,12 +47,16 @@ export const limitsSchema = z.strictObject({
   /** Blob bytes in the store together; null: half of the store. */
   continuationBlobTotalBytes: z.union([int(0), z.null()]).default(null),
   workerHeapMb: int(16).default(128),
-  workerYoungGenMb: int(1).default(16),
+  /** Measured (docs/benchmarks.md): 4 MiB relays with less CPU and ~11 MB less RSS than 16. */
+  workerYoungGenMb: int(1).default(4),
   /** Admission refuses with worker_heap_exhausted above this fraction of the heap limit. */
   workerHeapAdmitFraction: z.number().gt(0).max(1).default(0.85),
   parserHeapMb: int(16).default(256),
   parserYoungGenMb: int(1).default(16),
   parserThreads: int(1).max(64).default(1),
+  /** 0: parser threads always warm. Else a thread starts with the first parse that needs it and
+   *  is retired after this long without one (less idle RSS; the first parse after pays the start). */
+  parserIdleMs: int(0).default(0),
   healthGuardMs: int(1).default(1000),
   /** A request whose header block is not complete within this is refused (408 http_headers_timeout). */
   headersTimeoutMs: int(1).default(60_000),

@@ -4,9 +4,16 @@
 // parser thread's heap, never the HTTP worker's.
 //
 // Design
-//   threads     minThreads = maxThreads = `threads`, idleTimeout Infinity: always warm, never
-//               reaped. Concurrency is bounded upstream by the ledger's parse gate (the caller
-//               holds a parse permit for the whole call), so the piscina queue stays short.
+//   threads     maxThreads = `threads`. Always warm (minThreads = `threads`, never retired)
+//               unless `idleMs` is given: then a thread starts with the first task that needs
+//               it and is retired after `idleMs` without a task (minThreads 0), so an idle
+//               worker carries no parser thread (~8-18 MB RSS each, docs/benchmarks.md).
+//               Concurrency is bounded upstream by the ledger's parse gate (the caller holds a
+//               parse permit for the whole call), so the piscina queue stays short.
+//   lost        a thread counts as lost (stats().threadsLost) when it failed — it emitted
+//               'error' (out of memory, an uncaught error), exited while piscina still listed
+//               it (process.exit in a task), or was let go of by piscina during a call that
+//               failed (an abort terminates it) — never when piscina retired it idle.
 //   heap        resourceLimits sets BOTH maxOldGenerationSizeMb and maxYoungGenerationSizeMb:
 //               with the old-generation limit alone, a huge JSON.parse on Node 24 can take the
 //               whole process down (FATAL, exit 134) instead of failing the thread
@@ -43,6 +50,7 @@ import dc from 'node:diagnostics_channel'
 import { isMarkedAsUntransferable, type Worker } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { SluiceError, isErrorCode } from '../errors.ts'
+import { moduleUrl } from '../modules.ts'
 import type { AnswerResult, AnswerTask } from './answer.ts'
 import type { PrepareResult, PrepareTask } from './prepare.ts'
 import type { ParserTask } from './task.ts'
@@ -54,6 +62,8 @@ export interface ParserPoolOptions {
   heapMb: number
   /** Young-generation heap per thread, MiB (limits.parserYoungGenMb). */
   youngGenMb: number
+  /** Retire a thread after this long without a task (ms); absent or 0: always warm. */
+  idleMs?: number
   /** Tests only: another task file with the same contract as ./task.ts. */
   filename?: string
 }
@@ -61,8 +71,10 @@ export interface ParserPoolOptions {
 export interface ParserPoolStats {
   /** Threads started and whose exit has not been observed (a dying thread still counts). */
   threadsAlive: number
-  /** Threads that exited while the pool was open (crashed or were cancelled). */
+  /** Threads that failed while the pool was open (crashed, or were cancelled with their task). */
   threadsLost: number
+  /** Threads retired after idleMs without a task (on-demand pools only). */
+  threadsRetired: number
   /** Tasks waiting for a thread. */
   queued: number
   /** Calls that returned a result, `ok` or a refusal. */
@@ -71,11 +83,13 @@ export interface ParserPoolStats {
   failed: number
 }
 
-const TASK_FILE = new URL('./task.ts', import.meta.url).href
+const TASK_FILE = moduleUrl('./task.ts', import.meta.url).href
 
 interface Tracked {
   exited: Promise<void>
   onExit: () => void
+  /** It failed: 'error', an exit piscina did not ask for, or let go of during a failed call. */
+  failed: boolean
 }
 
 export class ParserPool {
@@ -86,9 +100,11 @@ export class ParserPool {
   #completed = 0
   #failed = 0
   #lost = 0
+  #retired = 0
   #closing: Promise<void> | null = null
 
-  constructor ({ threads, heapMb, youngGenMb, filename = TASK_FILE }: ParserPoolOptions) {
+  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE }: ParserPoolOptions) {
+    if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
     for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
     }
@@ -97,9 +113,9 @@ export class ParserPool {
     try {
       this.#piscina = new Piscina({
         filename,
-        minThreads: threads,
+        minThreads: idleMs > 0 ? 0 : threads,
         maxThreads: threads,
-        idleTimeout: Infinity,
+        idleTimeout: idleMs > 0 ? idleMs : Infinity,
         resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
         execArgv: withoutPreloads(process.execArgv),
       })
@@ -164,7 +180,8 @@ export class ParserPool {
       this.#failed++
       // The caller holds the parse permit until this settles: wait for the dead thread.
       const departed = this.#departed()
-      await Promise.all(departed)
+      for (const d of departed) d.failed = true
+      await Promise.all(departed.map((d) => d.exited))
       throw this.#failure(err, departed.length > 0 || this.#lost > lostBefore, what, opts.signal)
     }
     this.#completed++
@@ -175,6 +192,7 @@ export class ParserPool {
     return {
       threadsAlive: this.#threads.size,
       threadsLost: this.#lost,
+      threadsRetired: this.#retired,
       queued: this.#piscina.queueSize,
       completed: this.#completed,
       failed: this.#failed,
@@ -193,29 +211,39 @@ export class ParserPool {
 
   #track (worker: Worker): void {
     const { promise, resolve } = Promise.withResolvers<void>()
+    const tracked: Tracked = { exited: promise, onExit: () => {}, failed: false }
+    const onError = (): void => { tracked.failed = true }
     const onExit = (): void => {
+      worker.off('error', onError)
       this.#threads.delete(worker)
-      if (this.#closing === null) this.#lost++
+      if (this.#closing === null) {
+        // Still listed: piscina did not retire or terminate it, it just stopped.
+        if (tracked.failed || this.#piscina?.threads.includes(worker)) this.#lost++
+        else this.#retired++
+      }
       resolve()
     }
-    this.#threads.set(worker, { exited: promise, onExit })
+    tracked.onExit = onExit
+    this.#threads.set(worker, tracked)
     worker.once('exit', onExit)
+    worker.on('error', onError)
     // Published inside `new Worker`, before piscina has added it to its list: look a
     // microtask later and drop threads that belong to someone else.
     queueMicrotask(() => {
       if (!this.#piscina?.threads.includes(worker) && this.#threads.get(worker)?.onExit === onExit) {
         worker.off('exit', onExit)
+        worker.off('error', onError)
         this.#threads.delete(worker)
       }
     })
   }
 
-  /** Exit promises of the threads piscina has let go of whose exit has not been observed yet. */
-  #departed (): Array<Promise<void>> {
+  /** The threads piscina has let go of whose exit has not been observed yet. */
+  #departed (): Tracked[] {
     const current = new Set(this.#piscina.threads)
-    const waits: Array<Promise<void>> = []
-    for (const [worker, t] of this.#threads) if (!current.has(worker)) waits.push(t.exited)
-    return waits
+    const out: Tracked[] = []
+    for (const [worker, t] of this.#threads) if (!current.has(worker)) out.push(t)
+    return out
   }
 
   #failure (err: unknown, threadLost: boolean, what: string, signal: AbortSignal | undefined): SluiceError {

@@ -48,7 +48,7 @@ import { PAIR_FIELDS } from './pair64.ts'
 import { TL_PARKED, TOKEN_LOCK_FIELDS } from './token-lock.ts'
 
 export const MAGIC = 0x51c1ce01
-export const LAYOUT_VERSION = 6
+export const LAYOUT_VERSION = 7
 
 export const GATE_EXCHANGE = 0
 export const GATE_PARSE = 1
@@ -200,7 +200,9 @@ export const RG_TOOL_ARGUMENT_BYTES = 4
 export const RG_TRANSLATE_ITEM_BYTES = 5
 export const RG_TRANSLATE_OUTPUT_BYTES = 6
 export const RG_TRANSLATIONS = 7      // translated exchanges in flight
-export const ROW_GAUGES = 8
+export const RG_UPSTREAM_WAITS = 8    // provider requests that had to queue in an undici pool for a
+                                      // connection (only ever added to: a count, exported as a counter)
+export const ROW_GAUGES = 9
 /** Per-row latency histograms (layout version 3): HIST_COUNT histograms of HIST_FIELDS cells. */
 export const R_HISTS = R_GAUGES + ROW_GAUGES
 export const HIST_QUEUE_WAIT = 0      // lane wait + exchange-gate wait, per admitted exchange

@@ -4,6 +4,7 @@
 
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { ROOT_URL } from '../modules.ts'
 
 export interface Profile {
   name: string
@@ -46,7 +47,7 @@ export interface Profile {
   smoke?: Partial<Omit<Profile, 'smoke' | 'name'>> & { [k: string]: unknown }
 }
 
-export const PROFILE_DIR = new URL('../../ops/load/profiles/', import.meta.url).pathname
+export const PROFILE_DIR = new URL('ops/load/profiles/', ROOT_URL).pathname
 
 export function profileNames (dir = PROFILE_DIR): string[] {
   return readdirSync(dir).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort()

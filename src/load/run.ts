@@ -17,6 +17,8 @@
 // must be back at idle, and admissions must equal releases.
 
 import { notIdle, scrape } from './scrape.ts'
+import { moduleUrl, ROOT_URL } from '../modules.ts'
+import { fileURLToPath } from 'node:url'
 import { spawnSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -29,9 +31,10 @@ import type { Profile } from './profile.ts'
 import { settingsOf } from './profile.ts'
 import { hashSettings, percentiles, type Hardware, type Receipt } from './receipt.ts'
 
-export const ROOT = new URL('../../', import.meta.url).pathname
-const BIN = join(ROOT, 'bin/sluice.ts')
-const SIM_CHILD = join(ROOT, 'src/load/sim-child.ts')
+export const ROOT = ROOT_URL.pathname
+// The same kind of code as this run: the sources, or dist/ when it was started compiled.
+const BIN = fileURLToPath(moduleUrl('../../bin/sluice.ts', import.meta.url))
+const SIM_CHILD = fileURLToPath(moduleUrl('./sim-child.ts', import.meta.url))
 export const FIXTURE_DIR = join(ROOT, 'ops/load/fixtures')
 const NODE = process.execPath
 

@@ -32,9 +32,18 @@ export function writeConfig (config: unknown): string {
   return file
 }
 
-export async function startGateway (config: Record<string, unknown>, opts: { env?: Record<string, string>; args?: string[] } = {}): Promise<Gateway> {
+export interface StartOptions {
+  env?: Record<string, string>
+  args?: string[]
+  /** The entry to run (default: the sources' bin/sluice.ts; test/helpers/build.ts gives the compiled one). */
+  bin?: string
+  /** Node's own flags, before the entry. */
+  nodeArgs?: string[]
+}
+
+export async function startGateway (config: Record<string, unknown>, opts: StartOptions = {}): Promise<Gateway> {
   const file = writeConfig({ listen: { port: 0, adminPort: 0 }, ...config })
-  const proc = spawn(NODE, [BIN, 'serve', '--config', file, ...(opts.args ?? [])], {
+  const proc = spawn(NODE, [...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'serve', '--config', file, ...(opts.args ?? [])], {
     env: { ...process.env, SLUICE_TEST_HOOKS: '1', ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })

@@ -62,7 +62,12 @@ t.test('ports, health check, stop signal and command', async (t) => {
   const cmd = inFinal('CMD')
   t.equal(cmd.length, 1, 'one CMD')
   // Shell form would run /bin/sh -c as PID 1, which does not forward SIGTERM to node.
-  t.same(JSON.parse(cmd[0].args), ['node', 'bin/sluice.ts', 'serve'], 'exec form: node is PID 1 and gets SIGTERM')
+  t.same(JSON.parse(cmd[0].args), ['node', 'dist/bin/sluice.js', 'serve'], 'exec form: node is PID 1 and gets SIGTERM; the compiled entry')
+  // dist/ comes from a stage that builds it the way `npm ci` does (scripts/build.ts).
+  const fromBuild = inFinal('COPY').filter((c) => /--from=(\S+)/.test(c.args) && /\bdist\b/.test(c.args))
+  t.equal(fromBuild.length, 1, 'the final stage copies dist/ from a build stage')
+  const buildStage = stages.find((s) => s[0].args.split(/\s+/)[2] === /--from=(\S+)/.exec(fromBuild[0]?.args ?? '')?.[1])
+  t.ok(buildStage?.some((i) => i.name === 'RUN' && /node scripts\/build\.ts/.test(i.args)), 'which runs scripts/build.ts')
 })
 
 t.test('every COPY source exists and is not excluded by the ignore file', async (t) => {

@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import { request } from 'undici'
 import { limitsSchema } from '../../src/config/schema.ts'
 import { ROOT } from '../helpers/gateway.ts'
+import { buildDist } from '../helpers/build.ts'
 
 const UNIT = join(ROOT, 'ops/systemd/sluice.service')
 const text = readFileSync(UNIT, 'utf8')
@@ -42,7 +43,7 @@ function localCopy (extra = ''): string {
   const file = join(dir, 'sluice.service')
   const local = text
     .replaceAll('/opt/sluice/node_modules/.bin/node', join(ROOT, 'node_modules/.bin/node'))
-    .replaceAll('/opt/sluice/bin/sluice.ts', join(ROOT, 'bin/sluice.ts'))
+    .replaceAll('/opt/sluice/dist/bin/sluice.js', join(ROOT, 'dist/bin/sluice.js'))
     .replace(/^WorkingDirectory=.*$/m, `WorkingDirectory=${ROOT.replace(/\/$/, '')}`)
     .replace('[Service]\n', `[Service]\n${extra}`)
   writeFileSync(file, local)
@@ -78,7 +79,7 @@ t.test('systemd-analyze security rates the unit OK or better', { skip: hasAnalyz
 })
 
 t.test('runs Node 24 from the install with the config file; secrets from an optional env file', async (t) => {
-  t.equal(one('ExecStart'), '/opt/sluice/node_modules/.bin/node /opt/sluice/bin/sluice.ts serve --config /etc/sluice/config.json')
+  t.equal(one('ExecStart'), '/opt/sluice/node_modules/.bin/node /opt/sluice/dist/bin/sluice.js serve --config /etc/sluice/config.json', 'the compiled entry npm ci builds')
   t.equal(one('EnvironmentFile'), '-/etc/sluice/env')
   t.equal(one('Restart'), 'on-failure')
   t.equal(one('RestartPreventExitStatus'), '2', 'an invalid config (exit 2) does not restart in a loop')
@@ -188,7 +189,8 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
   t.ok(allowed.size > 100, `the filter allows ${allowed.size} system calls`)
 
   const out = join(mkdtempSync(join(tmpdir(), 'sluice-strace-')), 'summary.txt')
-  const p = spawn(strace!, ['-f', '-qq', '-c', '-o', out, process.execPath, join(ROOT, 'bin/sluice.ts'), 'serve'], {
+  // What ExecStart runs: the compiled entry (built afresh, as npm ci builds it).
+  const p = spawn(strace!, ['-f', '-qq', '-c', '-o', out, process.execPath, buildDist().entry, 'serve'], {
     env: { ...process.env, SLUICE_PORT: '0', SLUICE_ADMIN_PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -244,7 +246,7 @@ t.test('the template sluice@.service is sluice.service plus the instance lines o
   const tpl = parseUnit(readFileSync(TEMPLATE, 'utf8'))
   const differs: Record<string, string[]> = {
     'Unit.Description': ['sluice model-exchange gateway, instance %i'],
-    'Service.Environment': ['SLUICE_INSTANCE_ID=%H:%i'],
+    'Service.Environment': ['NODE_COMPILE_CACHE=/var/cache/sluice', 'SLUICE_INSTANCE_ID=%H:%i'],
     'Service.EnvironmentFile': ['-/etc/sluice/env', '/etc/sluice/instance-%i.env'],
   }
   t.same([...tpl.keys()], [...unit.keys()], 'the same sections')
@@ -264,7 +266,7 @@ t.test('systemd-analyze verify accepts an instance of the template', { skip: has
     const file = join(dir, 'sluice@1.service')
     writeFileSync(file, readFileSync(TEMPLATE, 'utf8')
       .replaceAll('/opt/sluice/node_modules/.bin/node', join(ROOT, 'node_modules/.bin/node'))
-      .replaceAll('/opt/sluice/bin/sluice.ts', join(ROOT, 'bin/sluice.ts'))
+      .replaceAll('/opt/sluice/dist/bin/sluice.js', join(ROOT, 'dist/bin/sluice.js'))
       .replace(/^WorkingDirectory=.*$/m, `WorkingDirectory=${ROOT.replace(/\/$/, '')}`)
       .replace('[Service]\n', `[Service]\n${extra}`))
     return file

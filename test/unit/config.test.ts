@@ -36,6 +36,8 @@ const invalid: Array<[string, unknown, string]> = [
   ['instance id too long', { instanceId: 'i'.repeat(129) }, 'instanceId'],
   ['instance id starting with a dash', { instanceId: '-i1' }, 'instanceId'],
   ['instance id not a string', { instanceId: 7 }, 'instanceId'],
+  ['provider pool smaller than the active limit', { limits: { maxActiveExchanges: 96 } }, 'upstream.connections'],
+  ['provider pool smaller than the active limit, both set', { limits: { maxActiveExchanges: 40 }, upstream: { connections: 39 } }, 'upstream.connections'],
 ]
 
 for (const [name, cfg, key] of invalid) {
@@ -46,6 +48,14 @@ for (const [name, cfg, key] of invalid) {
     t.ok(err.message.startsWith(`${key}: `), err.message)
   })
 }
+
+t.test('upstream.connections below limits.maxActiveExchanges: the message names both keys and both values', async (t) => {
+  const err = t.throws(() => validateConfig({ limits: { maxActiveExchanges: 96 } })) as ConfigError
+  t.match(err.message, /^upstream\.connections: 64 is below limits\.maxActiveExchanges \(96\)/)
+  t.match(err.message, /upstream\.connections >= limits\.maxActiveExchanges/)
+  t.equal(validateConfig({ limits: { maxActiveExchanges: 96 }, upstream: { connections: 96 } }).upstream.connections, 96, 'equal is enough')
+  t.equal(validateConfig({ limits: { maxActiveExchanges: 8 }, upstream: { connections: 1000 } }).upstream.connections, 1000, 'more is allowed')
+})
 
 t.test('defaults are the DESIGN.md fixed limits', async (t) => {
   const c = validateConfig({})

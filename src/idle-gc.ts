@@ -1,0 +1,68 @@
+// An idle thread gives its garbage back. After a burst of exchanges a thread's V8 heap stays at
+// the size the burst grew it to (measured: V8's memory reducer did not shrink it within 20 s);
+// one full collection once the thread has gone idle returns it: ~15 MB of RSS for the primary
+// and one HTTP worker after a warm-up (docs/benchmarks.md). Once per idle period: a thread
+// that stays idle is not collected again until it has been busy.
+//
+// Idle = the event loop's utilisation over the last window (performance.eventLoopUtilization)
+// below a threshold. The collection is the inspector protocol's HeapProfiler.collectGarbage on
+// an in-process session (no port, no debugger: node:inspector's Session), the one documented
+// way to ask V8 for a full GC without --expose-gc. Where node:inspector is absent (a Node built
+// without it) nothing is collected.
+
+import { performance } from 'node:perf_hooks'
+
+/** The decision alone (no clock, no GC): tick() once per window with its utilisation. */
+export class IdleDecider {
+  readonly #idleBelow: number
+  /** Busy since the last collection (a fresh thread has just been busy starting). */
+  #dirty = true
+
+  constructor (idleBelow: number) { this.#idleBelow = idleBelow }
+
+  /** True when this window is idle and the thread was busy since the last collection. */
+  tick (utilization: number): boolean {
+    if (utilization >= this.#idleBelow) { this.#dirty = true; return false }
+    if (!this.#dirty) return false
+    this.#dirty = false
+    return true
+  }
+}
+
+export interface IdleCollectorOptions {
+  /** The window, ms (default 5000). */
+  everyMs?: number
+  /** Utilisation below which a window is idle (default 0.02). */
+  idleBelow?: number
+  /** Called after each collection (logs, tests). */
+  onCollect?: () => void
+}
+
+/** Starts the collector in this thread; returns a stop function. Its timer never keeps the thread alive. */
+export function startIdleCollector (opts: IdleCollectorOptions = {}): () => void {
+  const decider = new IdleDecider(opts.idleBelow ?? 0.02)
+  let last = performance.eventLoopUtilization()
+  let stopped = false
+  const timer = setInterval(() => {
+    const now = performance.eventLoopUtilization()
+    const u = performance.eventLoopUtilization(now, last).utilization
+    last = now
+    if (decider.tick(u)) void collect().then(() => { if (!stopped) opts.onCollect?.() })
+  }, opts.everyMs ?? 5000)
+  timer.unref()
+  return () => { stopped = true; clearInterval(timer) }
+}
+
+async function collect (): Promise<void> {
+  let inspector: typeof import('node:inspector')
+  try { inspector = await import('node:inspector') } catch { return }
+  const session = new inspector.Session()
+  try {
+    session.connect()
+    await new Promise<void>((resolve) => session.post('HeapProfiler.collectGarbage', () => resolve()))
+  } catch {
+    // an inspector that cannot be used here: nothing collected
+  } finally {
+    try { session.disconnect() } catch {}
+  }
+}
