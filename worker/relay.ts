@@ -78,6 +78,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   let failure: SluiceError | null = null
   /** The provider's own error event (the first fatal) went out whole. */
   let inBandRelayed = false
+  /** The client had the stream's terminal frame before the first fatal came. */
+  let terminalBeforeFailure = false
   // The unterminated frame at the end of what was pushed is held back until it ends: the
   // client only ever receives whole frames, so it stands at a frame boundary whenever a
   // failure tail follows. (Bytes are only delayed, never altered: an incomplete frame is of
@@ -127,11 +129,15 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       }
       for (let i = 0; i < frames.length && cut > 0; i++) {
         const wasFailed = failureOf(tracker) !== null
+        const wasClosed = tracker.closed
         const frame = frames[i]
         if (frame === null) {
           // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
           tracker.oversize(oversizeBytes[i])
-          if (!wasFailed) cut = Math.max(0, before + starts[i])
+          if (!wasFailed) {
+            terminalBeforeFailure = wasClosed
+            cut = Math.max(0, before + starts[i])
+          }
           break
         }
         if (tracker.frame(frame, inspector.classify(frame))) {
@@ -145,6 +151,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         }
         const now = failureOf(tracker)
         if (!wasFailed && now !== null) {
+          terminalBeforeFailure = wasClosed
           // Keep a bad frame from the client: cut where it starts (it may have begun in
           // held-back bytes). The provider's own error event (in-band) goes out whole,
           // unless it quotes a configured provider key: then only the (scrubbed) tail does.
@@ -218,8 +225,9 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   // The message may quote the provider's error type and code: scrubbed like any provider text.
   const err = failure ?? new SluiceError(f.code, {}, deps.router.scrubber.text(f.message) ?? '')
   deps.ledger.countRefusal(err.code)
-  if (tracker.closed && f.frame !== -1 && !f.inBand) {
+  if (terminalBeforeFailure && f.frame !== -1 && !f.inBand) {
     // The client already has the stream's own terminal frame: a tail would not be read.
+    // (Not when the closing frame itself failed its check: it was kept back, the tail follows.)
     await endResponse(res)
     return { code: err.code }
   }

@@ -3,7 +3,8 @@
 // the relay ends there, with no signed tail after it (a second terminal). The exchange still
 // counts the failure (its code, evidence false). Messages `event: error`, a Chat error frame
 // and a Responses `error` event are no terminal of their protocol: the signed tail follows.
-// The first test failed on the relay before the fix (the tail came after response.failed).
+// The first test failed on the relay before the fix (the tail came after response.failed); so did
+// the last (a withheld closing frame got no tail).
 //
 // The rig of relay.test.ts, on the Responses and Messages routes: a real node:http upstream
 // sends the stream in two writes cut at a given byte offset (the second only once the relay
@@ -157,4 +158,42 @@ t.test('in-band failures that are no terminal of their protocol: the signed tail
       assertIdle(t, r.run.ledger)
     }
   }
+})
+
+// A closing frame that fails its check ([DONE] without a finish_reason, response.completed
+// without response.created, message_stop without message_start) is kept from the client like
+// any bad frame, so the client has no terminal yet: the signed tail must follow. (Before the
+// fix the relay took the withheld frame for a terminal the client had, and sent nothing: the
+// stream ended with neither a terminal nor a failure.) A bad frame after a terminal the client
+// has still gets no tail.
+t.test('a closing frame that fails its check is withheld, and the signed tail is the one terminal', async (t) => {
+  const chatChunk = 'data: ' + JSON.stringify({ id: 'chatcmpl-u1', object: 'chat.completion.chunk', model: 'unit-model', choices: [{ index: 0, delta: { content: 'a' }, finish_reason: null }] }) + '\n\n'
+  const completed = named('response.completed', { type: 'response.completed', sequence_number: 2, response: { ...RESP, status: 'completed' } })
+  const msgDelta = named('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'a' } })
+  const cases: Array<[Route, string[], string]> = [
+    ['chat', [chatChunk], 'data: [DONE]\n\n'],
+    ['responses', [delta(1, 'x')], completed],
+    ['messages', [msgDelta], named('message_stop', { type: 'message_stop' })],
+  ]
+  for (const [route, before, closing] of cases) {
+    const head = Buffer.from(before.join(''))
+    const bytes = Buffer.concat([head, Buffer.from(closing)])
+    for (const split of [0, head.length, head.length + 3]) {
+      const r = await relay(route, bytes, split)
+      const text = r.client.toString('utf8')
+      t.ok(r.client.subarray(0, head.length).equals(head), `${route} split ${split}: the frames before it`)
+      t.notOk(text.slice(head.length).includes(closing.trim()), `${route} split ${split}: not the bad closing frame`)
+      const tail = tailIn(text.slice(head.length))
+      t.ok(tail !== null && verifyRecord(tail.record, tail.signature, SIGNING_KEY), `${route} split ${split}: the signed tail follows`)
+      t.equal(tail?.record.code, 'provider_protocol_error', `${route} split ${split}: its code`)
+      t.equal(r.outcome.code, 'provider_protocol_error')
+      assertIdle(t, r.run.ledger)
+    }
+  }
+  // A malformed frame after the terminal the client has: no tail after that terminal.
+  const good = [created, delta(1, 'x'), named('response.completed', { type: 'response.completed', sequence_number: 2, response: { ...RESP, status: 'completed' } })].join('')
+  const r = await relay('responses', Buffer.from(good + 'data: {not json\n\n'), 0)
+  t.equal(r.client.toString('utf8'), good, 'after a terminal: the stream through it, nothing more')
+  t.equal(r.outcome.code, 'provider_protocol_error', 'the bad frame still counts')
+  assertIdle(t, r.run.ledger)
 })
