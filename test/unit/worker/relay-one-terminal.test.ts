@@ -6,7 +6,7 @@
 // The first test failed on the relay before the fix (the tail came after response.failed); so did
 // the last (a withheld closing frame got no tail).
 //
-// The rig of relay.test.ts, on the Responses and Messages routes: a real node:http upstream
+// The rig of relay.test.ts, on the Chat, Responses and Messages routes: a real node:http upstream
 // sends the stream in two writes cut at a given byte offset (the second only once the relay
 // reserved for the first: the ledger's stream gauge turns non-zero); the relay reads it through
 // undici and writes to a second node:http server's ServerResponse, whose undici client collects
