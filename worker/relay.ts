@@ -7,7 +7,8 @@
 // client holds at most one chunk plus the socket buffers. The first fatal (malformed or
 // oversize frame, provider error event, transport failure, no terminal, budget) ends the
 // stream with a signed failure tail in the client protocol's own error event, then a clean
-// end. The client only ever receives whole frames: an unterminated frame at the end of a
+// end; except after a provider error event that is itself its protocol's terminal (Responses
+// `response.failed`, relayed whole): the stream has had its one terminal, nothing follows. The client only ever receives whole frames: an unterminated frame at the end of a
 // chunk is held back until it ends, and a malformed frame is cut off where it starts; so a
 // tail always begins at a frame boundary.
 //
@@ -75,6 +76,10 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   let bytesOut = 0
   let framesOut = 0
   let failure: SluiceError | null = null
+  /** The provider's own error event (the first fatal) went out whole. */
+  let inBandRelayed = false
+  /** The client had the stream's terminal frame before the first fatal came. */
+  let terminalBeforeFailure = false
   // The unterminated frame at the end of what was pushed is held back until it ends: the
   // client only ever receives whole frames, so it stands at a frame boundary whenever a
   // failure tail follows. (Bytes are only delayed, never altered: an incomplete frame is of
@@ -124,11 +129,15 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       }
       for (let i = 0; i < frames.length && cut > 0; i++) {
         const wasFailed = failureOf(tracker) !== null
+        const wasClosed = tracker.closed
         const frame = frames[i]
         if (frame === null) {
           // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
           tracker.oversize(oversizeBytes[i])
-          if (!wasFailed) cut = Math.max(0, before + starts[i])
+          if (!wasFailed) {
+            terminalBeforeFailure = wasClosed
+            cut = Math.max(0, before + starts[i])
+          }
           break
         }
         if (tracker.frame(frame, inspector.classify(frame))) {
@@ -142,6 +151,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         }
         const now = failureOf(tracker)
         if (!wasFailed && now !== null) {
+          terminalBeforeFailure = wasClosed
           // Keep a bad frame from the client: cut where it starts (it may have begun in
           // held-back bytes). The provider's own error event (in-band) goes out whole,
           // unless it quotes a configured provider key: then only the (scrubbed) tail does.
@@ -150,6 +160,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
           if (!now.inBand || deps.router.scrubber.carriesSecret(frame)) cut = Math.max(0, before + starts[i])
           else {
             admitted++
+            inBandRelayed = true
             if (i + 1 < frames.length) cut = before + starts[i + 1]
           }
           break
@@ -159,7 +170,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       const failed = failureOf(tracker)
       framesOut += admitted
       // The caller is about to see the stream's terminal event: its session may go on now.
-      if (tracker.closed && failed === null) scope.releaseLane()
+      // (A relayed response.failed is one too: no tail follows it, see below.)
+      if (tracker.closed && (failed === null || (inBandRelayed && tracker.terminal === 'failed'))) scope.releaseLane()
       const ok = flush(chunk, cut)
       if (failed !== null) break
       if (!ok) await drained(res, signal, stallMs)
@@ -213,8 +225,18 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   // The message may quote the provider's error type and code: scrubbed like any provider text.
   const err = failure ?? new SluiceError(f.code, {}, deps.router.scrubber.text(f.message) ?? '')
   deps.ledger.countRefusal(err.code)
-  if (tracker.closed && f.frame !== -1 && !f.inBand) {
+  if (terminalBeforeFailure && f.frame !== -1 && !f.inBand) {
     // The client already has the stream's own terminal frame: a tail would not be read.
+    // (Not when the closing frame itself failed its check: it was kept back, the tail follows.)
+    await endResponse(res)
+    return { code: err.code }
+  }
+  if (inBandRelayed && tracker.terminal === 'failed') {
+    // The provider's error event was its protocol's terminal (Responses response.failed), and
+    // the client has it whole: a tail would be a second terminal. The failure still counts
+    // (its code, no evidence). Messages `event: error`, a Chat error frame, a Responses
+    // `error` event are no terminal: the signed tail follows them. (The lane went before the
+    // frame did.)
     await endResponse(res)
     return { code: err.code }
   }

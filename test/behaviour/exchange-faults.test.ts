@@ -104,6 +104,66 @@ t.test('the provider\'s own error event is relayed, then signed', async (t) => {
   }
 })
 
+async function logLine (exchangeId: string): Promise<Record<string, unknown>> {
+  for (let i = 0; i < 200; i++) {
+    for (const l of rig.gw.logs) {
+      if (!l.includes(exchangeId)) continue
+      try {
+        const j = JSON.parse(l) as Record<string, unknown>
+        if (j.msg === 'exchange' && j.exchangeId === exchangeId) return j
+      } catch {}
+    }
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  throw new Error(`no log line for ${exchangeId}`)
+}
+
+// A Responses stream that ends with its own `response.failed` (error=KIND) has had its
+// terminal: the relay ends after it, and adds no second one. Messages `event: error`, a Chat
+// error frame and a Responses `error` event are no terminal of their protocol: the signed tail
+// follows them, the stream's one terminal (or its one failure for Messages and Chat).
+t.test('a provider stream ending with its own terminal failure has exactly one terminal', async (t) => {
+  const kinds: Array<[string, string, string]> = [
+    ['rate_limit', 'rate_limit_exceeded', 'provider_rate_limited'],
+    ['overloaded', 'server_is_overloaded', 'provider_unavailable'],
+    ['context_length', 'context_length_exceeded', 'provider_error'],
+  ]
+  for (const [kind, providerCode, code] of kinds) {
+    const r = await post('/v1/responses', responsesBody(`go\n#sim tokens=6 error=${kind} at=3`, { stream: true }))
+    const text = r.body.toString()
+    t.equal(r.status, 200, `${kind}: the stream had started`)
+    const terminals = [...text.matchAll(/^event: response\.(completed|incomplete|failed)$/gm)].map((m) => m[1])
+    t.same(terminals, ['failed'], `${kind}: exactly one terminal, response.failed`)
+    t.notMatch(text, /"sluice":\{"record"/, `${kind}: no sluice tail after the provider's terminal`)
+    const last = JSON.parse([...text.matchAll(/^data: (.*)$/gm)].at(-1)![1])
+    t.equal(last.type, 'response.failed', `${kind}: the stream ends with it`)
+    t.equal(last.response?.error?.code, providerCode, `${kind}: the provider's own failure, relayed whole`)
+    const line = await logLine(String(r.headers['x-sluice-exchange-id']))
+    t.equal(line.code, code, `${kind}: the exchange counts the failure`)
+    t.equal(line.evidence, false, `${kind}: never evidence`)
+    t.same(await waitIdle(rig.gw), {}, `${kind}: idle`)
+  }
+  const openai = new OpenAI({ apiKey: KEY, baseURL: rig.url + '/v1', maxRetries: 0 })
+  const events: string[] = []
+  const s = openai.responses.stream({ model: 'gpt-5.5', input: 'x\n#sim tokens=6 error=rate_limit at=3' })
+  s.on('event', (e) => events.push(e.type))
+  const failed = await s.finalResponse()
+  t.equal(failed.status, 'failed', 'the openai SDK: a failed response')
+  t.equal(failed.error?.code, 'rate_limit_exceeded', 'with the provider\'s code')
+  t.equal(events.filter((e) => e.startsWith('response.') && /completed|incomplete|failed/.test(e)).length, 1, 'one terminal event')
+
+  // Not terminals of their protocol: the provider's event, then the one signed tail.
+  for (const [path, mk, d] of [...ROUTES.map(([p, m]) => [p, m, '#sim tokens=6 fault=error-event at=3'] as const), ['/v1/messages', ROUTES[2][1], '#sim tokens=6 error=rate_limit at=3'] as const, ['/v1/chat/completions', ROUTES[0][1], '#sim tokens=6 error=rate_limit at=3'] as const]) {
+    const r = await post(path, mk(d))
+    const text = r.body.toString()
+    const tail = signedTail(text)
+    t.ok(tail && verifyRecord(tail.record, tail.signature, key), `${path} ${d}: the signed tail follows`)
+    t.equal(text.match(/"sluice":\{"record"/g)?.length, 1, `${path} ${d}: one tail`)
+    if (path === '/v1/responses') t.equal(text.match(/^event: response\.failed$/gm)?.length, 1, `${path} ${d}: one terminal, the tail`)
+    t.same(await waitIdle(rig.gw), {})
+  }
+})
+
 t.test('the official SDKs see the failure as an error naming the code', async (t) => {
   const openai = new OpenAI({ apiKey: KEY, baseURL: rig.url + '/v1', maxRetries: 0 })
   await t.rejects(async () => {

@@ -489,27 +489,23 @@ for (const pair of PAIRS) {
     t.ok(g.toolCalls.every(c => typeof (c.input as Obj)?.city === 'string'), 'json: inputs parsed')
     t.equal(g.finishReason, 'tool-calls', 'json: finish tool-calls')
     t.ok(g.usage.inputTokens! > 0 && g.usage.outputTokens! > 0, 'json: usage read')
-    // A truncated call is an error to the AI SDK, never a tool call.
-    const bad: any[] = []
-    let badError: unknown
-    try {
-      const s = streamText({ model: aiModel(pair.route, pair.model), prompt: 'x\n#sim call=get_weather truncate=args', tools: aiTools, maxOutputTokens: 2000, maxRetries: 0, onError: () => {} })
-      for await (const p of s.fullStream) bad.push(p)
-    } catch (err) { badError = err }
-    if (pair.route !== 'chat') t.notOk(bad.some(p => p.type === 'tool-call'), 'truncated: no tool call')
-    else {
-      // Chat has no per-call end: the cut call's fragments streamed live (pinned in
-      // test/unit/translate/stream-sdk.test.ts), then the error frame, no finish_reason. The AI
-      // SDK's chat provider still finalises unfinished calls when the stream ends (its
-      // StreamingToolCallTracker.flush), after the error part; what it reports is an error finish.
-      const errorAt = bad.findIndex(p => p.type === 'error')
-      const callAt = bad.findIndex(p => p.type === 'tool-call')
-      t.ok(errorAt >= 0 && (callAt === -1 || callAt > errorAt), 'truncated: the error comes before anything the SDK finalises')
-      t.equal(bad.find(p => p.type === 'finish')?.finishReason, 'error', 'truncated: the SDK finishes with error, not tool-calls')
+    // A truncated call is an error to the AI SDK, never a tool call: the call cut inside its
+    // arguments, by the provider's length stop, or by its EOF. On a Chat client too: there the
+    // cut call never goes out at all (encode-chat.ts sends a call whole, at its end), since the
+    // AI SDK's chat model finalises every call it holds when the stream ends, after an error.
+    for (const cut of ['args', 'length', 'eof'] as const) {
+      const bad: any[] = []
+      let badError: unknown
+      try {
+        const s = streamText({ model: aiModel(pair.route, pair.model), prompt: `x\n#sim call=get_weather truncate=${cut}`, tools: aiTools, maxOutputTokens: 2000, maxRetries: 0, onError: () => {} })
+        for await (const p of s.fullStream) bad.push(p)
+      } catch (err) { badError = err }
+      t.same(bad.filter(p => p.type === 'tool-call').map(p => p.toolName), [], `truncate=${cut}: no tool call`)
+      t.not(bad.find(p => p.type === 'finish')?.finishReason, 'tool-calls', `truncate=${cut}: no tool-calls finish`)
+      const failed = bad.find(p => p.type === 'error')?.error ?? badError
+      t.ok(failed !== undefined, `truncate=${cut}: the SDK reports an error`)
+      t.match(String((failed as Error)?.message ?? JSON.stringify(failed)), /provider_protocol_error/, `truncate=${cut}: with the catalogue code`)
     }
-    const failed = bad.find(p => p.type === 'error')?.error ?? badError
-    t.ok(failed !== undefined, 'truncated: the SDK reports an error')
-    t.match(String((failed as Error)?.message ?? JSON.stringify(failed)), /provider_protocol_error/, 'with the catalogue code')
     await idle(t)
   })
 }

@@ -9,6 +9,15 @@
 // `custom.name`, then `custom.input` deltas, as the JSON answer has it); one chunk with `finish_reason`; a usage
 // chunk (`choices: []`) when the client asked (stream_options.include_usage); `data: [DONE]`.
 // A failure is the signed error frame, with no [DONE] after it.
+//
+// A call goes out whole, at its `item_end` (its two chunks, the head and then all its arguments
+// in one delta), never live: Chat has no per-call end, and Chat clients finalise whatever call
+// they hold when the stream ends — the AI SDK's chat model reports a `tool-call` for a call cut
+// short even after the error frame. So a truncated call (which never gets `item_end`) reaches
+// a Chat client not at all. Nothing extra is kept for it: the decoder holds the call's
+// arguments, charged to the budget as 'tool_arguments', until that `item_end`, which carries
+// them whole (`call.arguments`, the same text the argument deltas join to). Text and reasoning
+// stream live.
 
 import { chat } from '../../protocols/chat.ts'
 import type { FailureRecord } from '../../sse/sign.ts'
@@ -49,7 +58,7 @@ export class ChatEncoder implements StreamEncoder {
   readonly #out = new Output()
   /** `{"id":...,"object":"chat.completion.chunk","created":...,"model":...,"choices":[` */
   #head = ''
-  #kind: 'text' | 'reasoning' | 'tool' | 'custom' | null = null
+  #kind: 'text' | 'reasoning' | 'tool' | null = null
   #tool = -1
   error: ErrorEvent | null = null
   finished = false
@@ -74,30 +83,32 @@ export class ChatEncoder implements StreamEncoder {
       }
       case 'item_start': {
         const it = e.item
-        if (it.kind === 'tool_call') {
-          this.#tool++
-          if (it.toolKind === 'custom') {
-            this.#kind = 'custom'
-            this.#chunk(`{"tool_calls":[{"index":${this.#tool},"id":${J(it.callId)},"type":"custom","custom":{"name":${J(it.name)},"input":""}}]}`)
-          } else {
-            this.#kind = 'tool'
-            this.#chunk(`{"tool_calls":[{"index":${this.#tool},"id":${J(it.callId)},"type":"function","function":{"name":${J(it.name)},"arguments":""}}]}`)
-          }
-        } else this.#kind = it.kind
+        // A call's chunks wait for its item_end (the header comment says why).
+        this.#kind = it.kind === 'tool_call' ? 'tool' : it.kind
         return
       }
       case 'delta':
         if (this.#kind === 'text') this.#chunk(`{"content":${J(e.text)}}`)
         else if (this.#kind === 'reasoning') this.#chunk(`{"reasoning_content":${J(e.text)}}`)
-        else if (this.#kind === 'tool') this.#chunk(`{"tool_calls":[{"index":${this.#tool},"function":{"arguments":${J(e.text)}}}]}`)
-        else if (this.#kind === 'custom') this.#chunk(`{"tool_calls":[{"index":${this.#tool},"custom":{"input":${J(e.text)}}}]}`)
+        // a call's argument deltas: item_end carries them whole
         return
       case 'summary_delta':
         if (this.#kind === 'reasoning') this.#chunk(`{"reasoning_content":${J(e.text)}}`)
         return
-      case 'item_end':
+      case 'item_end': {
         this.#kind = null
+        if (e.item.kind !== 'tool_call') return
+        const c = e.item.call
+        const i = ++this.#tool
+        if (c.kind === 'custom') {
+          this.#chunk(`{"tool_calls":[{"index":${i},"id":${J(c.callId)},"type":"custom","custom":{"name":${J(c.name)},"input":""}}]}`)
+          if (c.arguments.length > 0) this.#chunk(`{"tool_calls":[{"index":${i},"custom":{"input":${J(c.arguments)}}}]}`)
+        } else {
+          this.#chunk(`{"tool_calls":[{"index":${i},"id":${J(c.callId)},"type":"function","function":{"name":${J(c.name)},"arguments":""}}]}`)
+          if (c.arguments.length > 0) this.#chunk(`{"tool_calls":[{"index":${i},"function":{"arguments":${J(c.arguments)}}}]}`)
+        }
         return
+      }
       case 'usage':
         this.usage = e.usage
         return

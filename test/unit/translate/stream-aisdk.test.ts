@@ -108,3 +108,34 @@ for (const [from, answer] of answers) {
     })
   }
 }
+
+// The providers whose calls stream live (Messages, Responses): a call cut mid-arguments — the
+// provider's length stop right after it, or its EOF — reaches no client as a complete call. The AI
+// SDK's chat model finalises every unfinished call when the stream ends (even after an error
+// part), so a Chat client must never see a truncated call's fragments at all.
+t.test('stream failures: a call cut while it streams live is never a tool call to the AI SDK', async t => {
+  const exec = fixtureFrames('codex-tool-exec-01-response.sse')
+  const firstArgs = exec.findIndex(f => (f.data as any)?.type === 'response.function_call_arguments.delta')
+  t.ok(firstArgs > 0, 'the fixture streams its call arguments')
+  const cuts: Array<[string, Protocol, Frame[]]> = [
+    ['messages max_tokens inside the call', 'anthropic', messagesFrames({ text: 'ok', calls: [{ id: 'toolu_bad', name: 'Bash', args: '{"command":"ls -la /tmp"' }], stop: 'max_tokens' })],
+    ['messages eof inside the call', 'anthropic', messagesFrames({ text: 'ok', calls: [{ id: 'toolu_bad', name: 'Bash', args: '{"command":"ls -la /tmp"' }], terminal: false }).slice(0, -1)],
+    ['responses eof inside the call', 'openai-responses', exec.slice(0, firstArgs + 1)],
+  ]
+  for (const [name, from, frames] of cuts) {
+    for (const to of (['openai-chat', 'openai-responses', 'anthropic'] as Protocol[]).filter(p => p !== from)) {
+      const r = run({ from, to, request: request(to, [fn('Bash'), fn('exec_command')]) }, frames)
+      const f = r.t.failure
+      t.ok(f !== null, `${name} -> ${to}: a failure`)
+      const record = buildFailureRecord({ code: 'provider_protocol_error', message: f?.message, exchangeId: 'e', runId: null, provider: 'p', model: 'm', framesRelayed: 0, bytesRelayed: 0, usage: null, partial: true })
+      const bytes = Buffer.concat([r.bytes, r.t.failureTail(record, signRecord(record, Buffer.from('k'.repeat(32))))])
+      t.ok(r.budget.idle, `${name} -> ${to}: budget idle`)
+      const { parts, error } = await stream(to, bytes)
+      t.same(parts.filter(p => p.type === 'tool-call').map(p => p.toolName), [], `${name} -> ${to}: no tool call`)
+      const failedPart = parts.find(p => p.type === 'error') ?? (error !== undefined ? { error } : undefined)
+      t.ok(failedPart !== undefined, `${name} -> ${to}: the SDK reports an error`)
+      t.match(String((failedPart?.error as Error)?.message ?? JSON.stringify(failedPart?.error)), /provider_protocol_error/, `${name} -> ${to}: with the catalogue code`)
+      t.not(parts.find(p => p.type === 'finish')?.finishReason, 'tool-calls', `${name} -> ${to}: no tool-calls finish`)
+    }
+  }
+})

@@ -339,9 +339,13 @@ t.test('chat client <- anthropic / responses providers', async t => {
   got = await chatRun(f.bytes)
   t.ok(got.error instanceof OpenAI.APIError)
   t.equal(got.error.code, 'provider_protocol_error')
-  // The call streamed live from Anthropic (its start and fragments went out), but it is never
-  // finished: no finish_reason, and the SDK throws instead of returning a completion with it.
-  t.ok(got.chunks.some(c => c.choices[0]?.delta?.tool_calls), 'the fragments streamed live')
+  // The call streamed live from Anthropic, but a Chat client gets a call only whole, at its end
+  // (encode-chat.ts): Chat has no per-call end and Chat clients finalise whatever call they hold
+  // when the stream ends (the AI SDK's chat model reports a cut call as a tool-call even after
+  // the error frame). So none of the cut call's chunks went out: only the text, then the error,
+  // no finish_reason, and the SDK throws instead of returning a completion with it.
+  t.notOk(got.chunks.some(c => c.choices[0]?.delta?.tool_calls), 'none of the cut call went out')
+  t.equal(got.chunks.map(c => c.choices[0]?.delta?.content ?? '').join(''), 'x', 'the text streamed live')
   t.notOk(got.chunks.some(c => c.choices[0]?.finish_reason), 'no finish_reason')
   t.equal(got.final, undefined, 'no completion')
 })
