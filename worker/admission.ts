@@ -26,10 +26,24 @@ export class Admission {
     this.limits = limits
   }
 
-  /** Throws worker_heap_exhausted when this worker's heap is above its admission limit. */
+  /** The figures read in this synchronous turn; cleared by a microtask at its end. */
+  private heapThisTurn: HeapFigures | null = null
+
+  /**
+   * Throws worker_heap_exhausted when this worker's heap is above its admission limit. The heap
+   * is read once per synchronous turn: accept() and admit() both check it, and without a
+   * session-lane wait they run in the same turn, where a second read (~2 us of
+   * getHeapStatistics) could only see that turn's few allocations. After any await (a lane
+   * wait) the turn is over and the heap is read again, so a waiter is still checked afresh.
+   */
   checkHeap (): void {
-    const h = heapFigures()
-    this.ledger.reportHeap(h.used, h.limit, h.external)
+    let h = this.heapThisTurn
+    if (h === null) {
+      h = heapFigures()
+      this.heapThisTurn = h
+      queueMicrotask(() => { this.heapThisTurn = null })
+      this.ledger.reportHeap(h.used, h.limit, h.external)
+    }
     const admitLimit = Math.floor(h.limit * this.limits.workerHeapAdmitFraction)
     if (h.used > admitLimit) {
       throw new SluiceError('worker_heap_exhausted', { heapUsed: h.used, heapLimit: h.limit, admitLimit })

@@ -144,7 +144,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
   // Background exchanges finish (their events still reach subscribers), then the long-lived
   // event streams end: closing the server would otherwise wait for them forever.
   fastify.addHook('preClose', async () => { await exchange.background.close() })
-  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission, exchange.background)
+  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission, exchange.background, exchange.parser)
   return {
     fastify,
     admission,

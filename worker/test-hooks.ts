@@ -3,13 +3,14 @@
 // bytes in a worker, then make that worker busy-loop, run out of heap, or exit.
 
 import type { FastifyInstance } from 'fastify'
+import type { ParserPool } from '../src/json/pool.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Admission } from './admission.ts'
 import { SluiceError } from '../src/errors.ts'
 import { refuseReply } from './reply.ts'
 import { ExchangeScope } from './scope.ts'
 
-export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }): void {
+export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }, parser: ParserPool): void {
   // Admit one exchange, reserve `bytes`, stream one line, then hold everything until the
   // client goes away or `ms` passes. The holdings are released when the response closes.
   fastify.get<{ Querystring: { bytes?: string; ms?: string } }>('/_test/hold', async (req, reply) => {
@@ -70,6 +71,9 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
     reply.raw.once('finish', () => setImmediate(() => process.exit(3)))
     reply.send({ row: ledger.row, dying: 'exit' })
   })
+
+  // This worker's parser pool: which bodies hopped to a parser thread (limits.inWorkerParseBytes).
+  fastify.get('/_test/parser', async () => ({ row: ledger.row, ...parser.stats() }))
 
   fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
 }

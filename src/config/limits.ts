@@ -48,3 +48,32 @@ export function continuationLimits (limits: Config['limits']): ContinuationLimit
     ttlMs: limits.continuationTtlMs,
   }
 }
+
+/**
+ * Heap per byte of JSON allowed for a body parsed in the HTTP worker. Measured on Node 24
+ * (the graph JSON.parse keeps, after GC): at most ~22x, for 64 KiB of `{},{},...`; numbers
+ * and strings 3-5x, objects with distinct keys ~7x. 64x leaves room for the transient peak
+ * and for a translation's second graph and output text.
+ */
+export const IN_WORKER_PARSE_AMPLIFICATION = 64
+const IN_WORKER_PARSE_DEFAULT = 64 * 1024
+
+/**
+ * The in-worker parse threshold (limits.inWorkerParseBytes): bodies below it are parsed in
+ * the HTTP worker. It must not be able to endanger that worker's heap, so its worst-case
+ * graph (x IN_WORKER_PARSE_AMPLIFICATION) must fit in the headroom the heap admission check
+ * keeps free (workerHeapMb x (1 - workerHeapAdmitFraction)): null takes 64 KiB, or that
+ * bound when it is lower; an explicit value above it throws. With the defaults (128 MiB, 0.85)
+ * the bound is ~300 KiB. (The JSON caps bound it too: a body of n bytes holds at most ~n/2
+ * values, so 64 KiB can never build more than ~32 K values, far below maxJsonNodes.)
+ */
+export function inWorkerParseBytes (limits: Config['limits']): number {
+  const headroom = Math.floor(limits.workerHeapMb * MiB * (1 - limits.workerHeapAdmitFraction))
+  const bound = Math.floor(headroom / IN_WORKER_PARSE_AMPLIFICATION)
+  const v = limits.inWorkerParseBytes
+  if (v === null) return Math.min(IN_WORKER_PARSE_DEFAULT, bound)
+  if (v > bound) {
+    throw new Error(`${v} is too large for the HTTP worker's heap: its worst case (${IN_WORKER_PARSE_AMPLIFICATION}x) must fit in the ${headroom} bytes workerHeapMb keeps free above workerHeapAdmitFraction, so at most ${bound}`)
+  }
+  return v
+}

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { INSTANCE_ID, configSchema, type Config, type ConfigInput } from './schema.ts'
 import { matchesAny } from './models.ts'
+import { inWorkerParseBytes } from './limits.ts'
 
 export { matchesAny }
 
@@ -179,6 +180,11 @@ function crossCheck (c: Config): void {
   })
   if (c.listen.port !== 0 && c.listen.port === c.listen.adminPort && c.listen.host === c.listen.adminHost) {
     throw new ConfigError('listen.adminPort', 'must differ from listen.port')
+  }
+  try {
+    inWorkerParseBytes(c.limits)
+  } catch (err) {
+    throw new ConfigError('limits.inWorkerParseBytes', (err as Error).message)
   }
   const demoHash = sha256Hex(DEMO_KEY)
   if (c.keys.some((k) => k.sha256 === demoHash)) {

@@ -34,6 +34,13 @@ export const limitsSchema = z.strictObject({
   maxBodyBytes: int(1).default(16 * MiB),
   maxJsonDepth: int(1).max(100_000).default(128),
   maxJsonNodes: int(1).default(1_000_000),
+  /**
+   * A request body (with a continuation's history and blobs) below this many bytes is parsed
+   * and prepared in the HTTP worker itself, under the parse permit, with the same checks;
+   * the others in the heap-limited parser pool. 0: every body goes to the pool. null: 64 KiB,
+   * or less where the worker heap's headroom asks for it (src/config/limits.ts).
+   */
+  inWorkerParseBytes: z.union([int(0).max(MiB), z.null()]).default(null),
   storageBytes: int(0).max(Number.MAX_SAFE_INTEGER).default(256 * MiB),
   /**
    * The conversation-state store's whole buffer (src/state/store.ts), carved out of

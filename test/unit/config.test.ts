@@ -3,6 +3,7 @@
 import t from 'tap'
 import { spawn } from 'node:child_process'
 import { ConfigError, DEMO_KEY, defaultInstanceId, loadConfig, pendingCap, sha256Hex, validateConfig } from '../../src/config/load.ts'
+import { inWorkerParseBytes } from '../../src/config/limits.ts'
 import { BIN, NODE, writeConfig } from '../helpers/gateway.ts'
 
 const provider = { name: 'p', protocol: 'openai-chat', baseUrl: 'http://127.0.0.1:1', models: ['m'] }
@@ -38,6 +39,11 @@ const invalid: Array<[string, unknown, string]> = [
   ['instance id not a string', { instanceId: 7 }, 'instanceId'],
   ['provider pool smaller than the active limit', { limits: { maxActiveExchanges: 96 } }, 'upstream.connections'],
   ['provider pool smaller than the active limit, both set', { limits: { maxActiveExchanges: 40 }, upstream: { connections: 39 } }, 'upstream.connections'],
+  ['in-worker parse threshold above 1 MiB', { limits: { inWorkerParseBytes: 1024 * 1024 + 1 } }, 'limits.inWorkerParseBytes'],
+  ['negative in-worker parse threshold', { limits: { inWorkerParseBytes: -1 } }, 'limits.inWorkerParseBytes'],
+  // 128 MiB x 0.15 headroom / 64 = 314572 bytes at most.
+  ['in-worker parse threshold past the worker heap headroom', { limits: { inWorkerParseBytes: 314_573 } }, 'limits.inWorkerParseBytes'],
+  ['in-worker parse threshold past a small heap\'s headroom', { limits: { workerHeapMb: 16, inWorkerParseBytes: 65536 } }, 'limits.inWorkerParseBytes'],
 ]
 
 for (const [name, cfg, key] of invalid) {
@@ -55,6 +61,15 @@ t.test('upstream.connections below limits.maxActiveExchanges: the message names 
   t.match(err.message, /upstream\.connections >= limits\.maxActiveExchanges/)
   t.equal(validateConfig({ limits: { maxActiveExchanges: 96 }, upstream: { connections: 96 } }).upstream.connections, 96, 'equal is enough')
   t.equal(validateConfig({ limits: { maxActiveExchanges: 8 }, upstream: { connections: 1000 } }).upstream.connections, 1000, 'more is allowed')
+})
+
+t.test('the in-worker parse threshold: 64 KiB by default, less where the worker heap asks for it', async (t) => {
+  t.equal(inWorkerParseBytes(validateConfig({}).limits), 64 * 1024)
+  t.equal(inWorkerParseBytes(validateConfig({ limits: { inWorkerParseBytes: 314_572 } }).limits), 314_572, 'the bound itself is allowed')
+  t.equal(inWorkerParseBytes(validateConfig({ limits: { inWorkerParseBytes: 0 } }).limits), 0, '0: every body to the pool')
+  // 16 MiB x 0.15 / 64
+  t.equal(inWorkerParseBytes(validateConfig({ limits: { workerHeapMb: 16 } }).limits), Math.floor(Math.floor(16 * 1024 * 1024 * 0.15) / 64), 'a small heap lowers the default instead of refusing it')
+  t.equal(inWorkerParseBytes(validateConfig({ limits: { workerHeapAdmitFraction: 1 } }).limits), 0, 'no headroom: nothing parsed in the worker')
 })
 
 t.test('defaults are the DESIGN.md fixed limits', async (t) => {
