@@ -18,6 +18,12 @@
 // turn carries no directive and the defaults apply. This is the same rule in every
 // protocol, so a directive survives translation, and an agent's tool loop ends: the turn
 // after a tool result gets plain text.
+//
+// `fault_key=K` scopes the fault to one API key (read by `faultKeyOf`, apart from
+// SimDirective): the fault fires only for a request carrying K (as `Authorization: Bearer` or
+// `x-api-key`); a request with any other key, or none, is answered as if there were no fault.
+// A provider with several accounts where one account is out, resets or is rate-limited (the
+// recall-burst load's accounts, src/load/recall.ts).
 
 export const FAULTS = [
   'reset-before-first-byte',
@@ -88,6 +94,13 @@ export function parseDirective(text: string | null): SimDirective {
   const d: SimDirective = { ...DEFAULT_DIRECTIVE }
   for (const [key, value] of directiveTokens(text)) apply(d, key, value)
   return d
+}
+
+/** The `fault_key` of `text` (the last one wins; an empty value is none), else null. */
+export function faultKeyOf(text: string | null): string | null {
+  let k: string | null = null
+  for (const [key, value] of directiveTokens(text)) if (key === 'fault_key') k = value === '' ? null : value
+  return k
 }
 
 /**
