@@ -19,10 +19,10 @@
 // protocol, so a directive survives translation, and an agent's tool loop ends: the turn
 // after a tool result gets plain text.
 //
-// `fault_key=K` scopes the fault to one API key (read by `faultKeyOf`, apart from
-// SimDirective): the fault fires only for a request carrying K (as `Authorization: Bearer` or
-// `x-api-key`); a request with any other key, or none, is answered as if there were no fault.
-// A provider with several accounts where one account is out, resets or is rate-limited (the
+// `fault_key=K[,K...]` scopes the fault to those API keys (read by `faultKeysOf`, apart from
+// SimDirective): the fault fires only for a request carrying one of them (as `Authorization:
+// Bearer` or `x-api-key`); a request with any other key, or none, is answered as if there were
+// no fault. A provider with several accounts where some are out, reset or rate-limited (the
 // recall-burst load's accounts, src/load/recall.ts).
 
 export const FAULTS = [
@@ -96,10 +96,10 @@ export function parseDirective(text: string | null): SimDirective {
   return d
 }
 
-/** The `fault_key` of `text` (the last one wins; an empty value is none), else null. */
-export function faultKeyOf(text: string | null): string | null {
-  let k: string | null = null
-  for (const [key, value] of directiveTokens(text)) if (key === 'fault_key') k = value === '' ? null : value
+/** The keys of the last `fault_key` of `text` (empty: the fault is not scoped to keys). */
+export function faultKeysOf(text: string | null): string[] {
+  let k: string[] = []
+  for (const [key, value] of directiveTokens(text)) if (key === 'fault_key') k = value.split(',').filter((x) => x !== '')
   return k
 }
 
