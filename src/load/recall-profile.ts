@@ -13,7 +13,8 @@ export interface RecallProfile {
   /** CPU for sluice in vCPUs; null = no quota (smoke only). */
   quota: { cpus: number; periodUs: number } | null
   requireQuota: boolean
-  sluice: { workers: number; limits: Record<string, number>; upstream?: Record<string, number> }
+  /** accounts: each sim provider's accounts (a, b, c, ...; each its own key). */
+  sluice: { workers: number; limits: Record<string, number>; upstream?: Record<string, number>; accounts: number }
   workload: {
     /** Sustained sessions per wave and the rounds each runs. */
     sessions: number
@@ -36,12 +37,17 @@ export interface RecallProfile {
     /** Every slowEvery-th session reads slowly: slowChunkMs after each chunk. */
     slowEvery: number
     slowChunkMs: number
-    /** Fraction of opening requests the provider resets before the first byte. */
+    /** Fraction of opening requests carrying a reset before the first byte. */
     resetFraction: number
-    /** In this round of each wave the Responses provider is out (503) for two attempts. */
+    /** In this round of each wave the faulty accounts of the Responses provider are out (503). */
     outageRound: number
-    /** Fraction of opening requests of rate-limited sessions answered 429 (one provider). */
+    /** Fraction of opening requests of rate-limited sessions carrying a 429 (the Messages provider). */
     rateLimitFraction: number
+    /**
+     * How many accounts of each provider are faulty (the first ones): every injected fault is
+     * theirs only (`fault_key`), so the gateway's retry on another account answers it.
+     */
+    faultyAccounts: number
     /** Client attempts per request before the session gives the round up. */
     maxAttempts: number
     /** Client wait before sending again after a refusal or a cancel, ms. */

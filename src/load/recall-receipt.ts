@@ -30,6 +30,38 @@ export interface WaveRecord {
   rssMb: number
   /** Widest spread of one round's recall sends across its sessions (the barrier), ms. */
   recallSpreadMs: number
+  /** Retries the gateway counted during the wave (`sluice_retries_total`, all reasons). */
+  retries: number
+}
+
+/** Which retry reason (`sluice_retries_total{reason}`) a provider fault the sim fired must show as. */
+export const FAULT_RETRY_REASON: Readonly<Record<string, string>> = { 'reset-before-first-byte': 'reset', 'status-503': 'status', 'status-429': 'rate_limited' }
+
+export interface RetryAccount {
+  /** `sluice_retries_total{reason}` after the run (missing metric: absent). */
+  byReason: Record<string, number>
+  /** `sluice_retries_after_commit_total` after the run; null when the gateway does not expose it. */
+  afterCommit: number | null
+  /** Faults the sim really fired (on the faulty account's key), by kind. */
+  faultsHit: Record<string, number>
+  /** Upstream requests beyond the first per client request (x-load-id), as the sim saw them. */
+  upstreamRepeats: number
+}
+
+/** The retry checks of a run: each a reason in the verdict (empty = they hold). */
+export function retryReasons (a: RetryAccount): string[] {
+  const out: string[] = []
+  if (a.afterCommit === null) out.push('sluice_retries_after_commit_total is missing from the gateway\'s /metrics')
+  else if (a.afterCommit !== 0) out.push(`retries after commit: sluice_retries_after_commit_total = ${a.afterCommit}`)
+  if (Object.keys(a.byReason).length === 0) out.push('sluice_retries_total{reason} is missing from the gateway\'s /metrics')
+  const total = Object.values(a.byReason).reduce((x, y) => x + y, 0)
+  if (total !== a.upstreamRepeats) out.push(`the gateway counted ${total} retries but the provider saw ${a.upstreamRepeats} repeated requests`)
+  const want: Record<string, number> = {}
+  for (const [k, v] of Object.entries(a.faultsHit)) { const r = FAULT_RETRY_REASON[k] ?? `(${k})`; want[r] = (want[r] ?? 0) + v }
+  for (const r of new Set([...Object.keys(want), ...Object.keys(a.byReason)])) {
+    if ((a.byReason[r] ?? 0) !== (want[r] ?? 0)) out.push(`retries for ${r}: the gateway counted ${a.byReason[r] ?? 0}, the faults fired call for ${want[r] ?? 0}`)
+  }
+  return out
 }
 
 export interface RecallReceipt {
@@ -63,14 +95,15 @@ export interface RecallReceipt {
     peakMb: number
     simPeakMb: number
   }
-  retriesAfterCommit: {
-    /** `sluice_retries_after_commit_total` after the run, or null when the gateway has no such metric. */
-    metric: number | null
-    value: number
-    /** Most upstream requests the sim saw for one client request (1 = nothing was retried). */
+  /** `sluice_retries_after_commit_total` read from the gateway after the run (null: missing, a failure). */
+  retriesAfterCommit: number | null
+  retries: RetryAccount & {
+    /** Most upstream requests the sim saw for one client request (1 = not retried). */
     maxUpstreamPerClientRequest: number
-    basis: string
+    /** Upstream requests per provider account, as the sim saw their keys. */
+    accounts: Record<string, Record<string, number>>
   }
+  /** Fault directives sent (the client's side; a fault fires only on the faulty account: `retries.faultsHit`). */
   faults: Record<string, number>
   latencyMs: { openingFirstByte: Percentiles; recallFirstByte: Percentiles; recallTotal: Percentiles; refusal: Percentiles }
   health: { probes: number; failures: number; overGuard: number; guardMs: number; p50: number; p99: number; max: number }
@@ -168,18 +201,20 @@ function table (rows: string[][]): string {
 }
 
 export function recallSummary (r: RecallReceipt): string {
-  const rows: string[][] = [['wave', 'sessions x rounds', 'rounds done', 'streams checked / calls / violations', 'idle after', 'RSS MB', 'recall spread ms', 'outcomes']]
+  const rows: string[][] = [['wave', 'sessions x rounds', 'rounds done', 'streams checked / calls / violations', 'idle after', 'RSS MB', 'recall spread ms', 'retries', 'outcomes']]
   for (const w of r.waves) {
     rows.push([w.name, `${w.sessions} x ${w.rounds}`, String(w.roundsCompleted), `${w.checked.streams} / ${w.checked.calls} / ${w.checked.violations}`,
-      Object.keys(w.notIdle).length === 0 ? 'idle' : 'NOT ' + JSON.stringify(w.notIdle), f(w.rssMb), f(w.recallSpreadMs),
+      Object.keys(w.notIdle).length === 0 ? 'idle' : 'NOT ' + JSON.stringify(w.notIdle), f(w.rssMb), f(w.recallSpreadMs), String(w.retries),
       Object.entries(w.outcomes).map(([k, v]) => `${k} ${v}`).join(', ')])
   }
   const lines = [table(rows)]
   lines.push(`routes (sessions sustained/burst): ${Object.entries(r.routes).map(([k, v]) => `${k}${v.translated ? ' (translated)' : ''} ${v.sessions}/${v.burstSessions}`).join(', ')}`)
   lines.push(`isolation: ${r.isolation.streams} streams, ${r.isolation.calls} calls, ${r.isolation.ids} distinct ids checked against the provider's record; ${r.isolation.violations} violations`)
   lines.push(`RSS after warm-up: ${r.rss.samplesMb.map(f).join(', ')} MB; slope ${r.rss.slopeMbPerWave.toFixed(2)} ± ${Number.isFinite(r.rss.slopeStdErrorMb) ? r.rss.slopeStdErrorMb.toFixed(2) : 'n/a'} MB/wave (tolerance ${r.rss.toleranceMbPerWave}); peak ${f(r.rss.peakMb)} MB (sim ${f(r.rss.simPeakMb)} MB)`)
-  lines.push(`retries after commit: ${r.retriesAfterCommit.value} (${r.retriesAfterCommit.metric === null ? 'no metric' : 'metric ' + r.retriesAfterCommit.metric}; at most ${r.retriesAfterCommit.maxUpstreamPerClientRequest} upstream request per client request)`)
-  lines.push(`faults injected: ${Object.entries(r.faults).map(([k, v]) => `${k} ${v}`).join(', ')}`)
+  lines.push(`retries after commit: ${r.retriesAfterCommit ?? 'MISSING'} (sluice_retries_after_commit_total)`)
+  lines.push(`faults sent: ${Object.entries(r.faults).map(([k, v]) => `${k} ${v}`).join(', ')}; fired (on the faulty account): ${Object.entries(r.retries.faultsHit).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`)
+  lines.push(`retries (sluice_retries_total): ${Object.entries(r.retries.byReason).map(([k, v]) => `${k} ${v}`).join(', ')}; the provider saw ${r.retries.upstreamRepeats} repeats, at most ${r.retries.maxUpstreamPerClientRequest} requests per client request`)
+  lines.push(`upstream requests per account: ${Object.entries(r.retries.accounts).map(([p, a]) => `${p} ${Object.entries(a).map(([k, v]) => `${k}:${v}`).join(' ')}`).join(', ')}`)
   lines.push(`first byte p50/p90/p99/max ms: opening ${pc(r.latencyMs.openingFirstByte)}; recall ${pc(r.latencyMs.recallFirstByte)}; recall total ${pc(r.latencyMs.recallTotal)}`)
   lines.push(`health: ${r.health.probes} probes, p99 ${f(r.health.p99)} ms, max ${f(r.health.max)} ms; ${r.health.failures} failed, ${r.health.overGuard} over the ${r.health.guardMs} ms guard`)
   lines.push(`ledger: ${r.ledger.admissions} admissions, ${r.ledger.releases} releases, refusals ${JSON.stringify(r.ledger.refusals)}`)

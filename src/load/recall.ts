@@ -8,9 +8,11 @@
 //   opening  a stream steered by `#sim tools=N call=... parallel stagger args={"input":"<marker>"}`
 //            (1..8 parallel function / namespace / custom / tool_search calls; from the Chat
 //            provider the argument deltas of different calls interleave), possibly carrying an
-//            injected provider fault (reset before the first byte, a 503 outage of the
-//            Responses provider in one round, 429s for the rate-limited sessions of the
-//            Messages provider) -> the client sends it again after a short wait;
+//            injected provider fault scoped to one account's key (`fault_key`: account `a` of
+//            the provider resets before the first byte, is out with 503s for one round on the
+//            Responses provider, answers 429 to the rate-limited sessions of the Messages
+//            provider) -> the gateway retries it before the first byte on another account of
+//            the three each provider has, and the client sees the answer;
 //   tools    the client sleeps 10..500 ms (the simulated tool latency), then waits at the
 //            round's barrier until every session of the wave has its tool results;
 //   recall   all sessions send the calls and their tool outputs at the same instant; the
@@ -37,10 +39,14 @@
 //   RSS        the least-squares slope of sluice's idle RSS (median of 5 samples after the
 //              wave's settle) over the measured sustained waves is at most
 //              rss.slopeToleranceMbPerWave (its standard error is in the receipt too);
-//   retries    `sluice_retries_after_commit_total` is 0, or, where it does not exist, the
-//              gateway has no retry at all: no client request reached the sim twice;
-//   every round completes (with the client's own re-sends), every refusal answers an injected
-//   fault and names the provider, no stream fails that the client did not cut, health guard.
+//   retries    `sluice_retries_after_commit_total`, read from the gateway, is 0 (missing fails);
+//              `sluice_retries_total{reason}` equals, reason by reason, the faults the sim fired
+//              (reset -> reset, 503 -> status, 429 -> rate_limited), and their sum the repeated
+//              requests the sim saw (same x-load-id); `sluice_provider_in_flight` and every
+//              account's in-flight gauge are 0 after every wave;
+//   every round completes (with the client's own re-sends), every exchange that carried a fault
+//   directive ends 200 whole (retried on another account, or never on the faulty one), no
+//   stream fails that the client did not cut, health guard.
 
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -51,7 +57,7 @@ import { launchChild, makeQuota, noQuota, rssMb, RssSampler, stopChild, tasksetQ
 import { percentiles } from './receipt.ts'
 import { hashSettings } from './receipt.ts'
 import { recallSettingsOf, type RecallProfile } from './recall-profile.ts'
-import { slope, slopeError, type ChartPoint, type RecallReceipt, type WaveRecord } from './recall-receipt.ts'
+import { retryReasons, slope, slopeError, type ChartPoint, type RecallReceipt, type RetryAccount, type WaveRecord } from './recall-receipt.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, TOOLS, type ClientProto, type GotCall, type GotStream, type ProviderProto, type Said, type ToolAsk, type Turn } from './recall-wire.ts'
 import { commit, cpuModel, healthProbe, live, ROOT } from './run.ts'
 import { notIdle, scrape } from './scrape.ts'
@@ -69,6 +75,7 @@ export const PAIRS: ReadonlyArray<[ClientProto, ProviderProto]> = [
   ['responses', 'anthropic'], ['chat', 'anthropic'], ['messages', 'anthropic'],
 ]
 const MODEL: Readonly<Record<ProviderProto, string>> = { 'openai-chat': 'rb-chat-model', 'openai-responses': 'rb-resp-model', anthropic: 'rb-msg-model' }
+const PROVIDER_NAME: Readonly<Record<ProviderProto, string>> = { 'openai-chat': 'sim-chat', 'openai-responses': 'sim-responses', anthropic: 'sim-messages' }
 
 /** Gauges that must not grow from one identical wave to the next (what a wave could leave behind). */
 export const RETAINED_GAUGES = [
@@ -185,7 +192,29 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
   const idOwner = new Map<string, string>()
   const iso = { streams: 0, calls: 0, violations: 0, first: [] as string[] }
   let ledger: RecallReceipt['ledger'] = { admissions: NaN, releases: NaN, refusals: {}, notIdle: {} }
-  let retriesMetric: number | null = null
+  let afterCommit: number | null = null
+  const byReason: Record<string, number> = {}
+  const faultsHit: Record<string, number> = {}
+  const accountSeen = new Map<string, number>()
+  const HIT_KIND: Record<number, string> = { 0: 'reset-before-first-byte', 503: 'status-503', 429: 'status-429' }
+  // every provider's account keys (throwaway, this run's only), and which account each key is
+  // accounts a, b, c, ...; the first W.faultyAccounts of each provider are the faulty ones
+  const ACCOUNTS = Array.from({ length: p.sluice.accounts }, (_, k) => String.fromCharCode(97 + k))
+  const FAULTY = new Set(ACCOUNTS.slice(0, W.faultyAccounts))
+  if (!(W.faultyAccounts >= 1 && W.faultyAccounts < ACCOUNTS.length)) throw new Error(`faultyAccounts must be 1 to ${ACCOUNTS.length - 1} (one account at least must be free)`)
+  const accountKeys = {} as Record<ProviderProto, Record<string, string>>
+  const accountOfKey = new Map<string, string>()
+  const accountEnv: Record<string, string> = {}
+  const envOf = (pr: ProviderProto, a: string) => `SLUICE_RB_KEY_${PROVIDER_NAME[pr].replace('-', '_').toUpperCase()}_${a.toUpperCase()}`
+  for (const pr of Object.keys(MODEL) as ProviderProto[]) {
+    accountKeys[pr] = {}
+    for (const a of ACCOUNTS) {
+      const k = `sk-rb-${PROVIDER_NAME[pr]}-${a}-${randomBytes(8).toString('hex')}`
+      accountKeys[pr][a] = k
+      accountOfKey.set(k, `${PROVIDER_NAME[pr]}/${a}`)
+      accountEnv[envOf(pr, a)] = k
+    }
+  }
   let peak = { sluice: NaN, sim: NaN }
   let quotaHeld = false
   let ran = false
@@ -199,11 +228,24 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
     const simUrlP = new Promise<string>((resolve) => { simUrl = resolve })
     sim = launchChild('sim', [NODE, [SIM_CHILD, '--script']], (line) => {
       if (line.startsWith('{"req"')) {
-        try { const j = JSON.parse(line) as { req: string }; upstreamSeen.set(j.req, (upstreamSeen.get(j.req) ?? 0) + 1) } catch {}
+        try {
+          const j = JSON.parse(line) as { req: string; key: string | null }
+          upstreamSeen.set(j.req, (upstreamSeen.get(j.req) ?? 0) + 1)
+          const acct = (j.key === null ? undefined : accountOfKey.get(j.key)) ?? 'an unknown key'
+          accountSeen.set(acct, (accountSeen.get(acct) ?? 0) + 1)
+        } catch {}
+      } else if (line.startsWith('{"fault"')) {
+        try {
+          const j = JSON.parse(line) as { fault: string; status: number; key: string | null }
+          const kind = HIT_KIND[j.status] ?? `status-${j.status}`
+          const acct = j.key === null ? undefined : accountOfKey.get(j.key)
+          faultsHit[kind] = (faultsHit[kind] ?? 0) + 1
+          if (acct === undefined || !FAULTY.has(acct.slice(acct.indexOf('/') + 1))) reasons.push(`the sim fired ${kind} for ${j.fault} on ${acct ?? 'an unknown key'}, not on a faulty account`)
+        } catch {}
       } else if (line.startsWith('{"said"')) {
         try { const j = JSON.parse(line) as Said & { said: string }; said.set(j.said, { rid: j.rid, calls: j.calls, text: j.text }) } catch {}
       } else if (line.startsWith('{"url"')) simUrl((JSON.parse(line) as { url: string }).url)
-    }, { keepInTail: (line) => !line.startsWith('{"req"') && !line.startsWith('{"said"') })
+    }, { keepInTail: (line) => !line.startsWith('{"req"') && !line.startsWith('{"said"') && !line.startsWith('{"fault"') })
     children.push(sim); live.children.add(sim)
     const simBase = await Promise.race([simUrlP, sim.exited.then(() => null), deadline(15_000).then(() => null)])
     if (simBase === null) throw new Error(`the sim did not start:\n${sim.tail}`)
@@ -215,18 +257,17 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
       limits: p.sluice.limits,
       upstream: { forwardHeaders: ['x-load-id'], ...p.sluice.upstream },
       keys: [{ name: 'load', sha256: createHash('sha256').update(key).digest('hex'), models: ['*'] }],
-      providers: [
-        { name: 'sim-chat', protocol: 'openai-chat', baseUrl: simBase, models: ['rb-chat*'] },
-        { name: 'sim-responses', protocol: 'openai-responses', baseUrl: simBase, models: ['rb-resp*'] },
-        { name: 'sim-messages', protocol: 'anthropic', baseUrl: simBase, models: ['rb-msg*'] },
-      ],
+      providers: (Object.keys(MODEL) as ProviderProto[]).map((pr) => ({
+        name: PROVIDER_NAME[pr], protocol: pr, baseUrl: simBase, models: [MODEL[pr].replace('-model', '*')],
+        accounts: ACCOUNTS.map((a) => ({ name: a, apiKeyEnv: envOf(pr, a) })),
+      })),
     }))
     let ready!: (v: { port: number; adminPort: number }) => void
     const readyP = new Promise<{ port: number; adminPort: number }>((resolve) => { ready = resolve })
     gw = launchChild('sluice', quota.wrap(NODE, [BIN, 'serve', '--config', cfgFile]), (line) => {
       if (!line.includes('"sluice ready"')) return
       try { const j = JSON.parse(line) as { port: number; adminPort: number }; ready({ port: j.port, adminPort: j.adminPort }) } catch {}
-    }, { env: { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') }, keepInTail: (line) => !line.includes('"msg":"exchange"') })
+    }, { env: { ...process.env, ...accountEnv, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') }, keepInTail: (line) => !line.includes('"msg":"exchange"') })
     children.push(gw); live.children.add(gw)
     const ports = await Promise.race([readyP, gw.exited.then(() => null), deadline(30_000).then(() => null)])
     if (ports === null) throw new Error(`sluice did not start:\n${gw.tail}`)
@@ -320,12 +361,13 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
         // opening: until a whole stream (the client sends again after a refusal or its own cancel)
         let calls: GotCall[] | null = null
         for (let a = 0; a < W.maxAttempts && calls === null; a++) {
+          // every fault is the faulty account's only (fault_key): the gateway retries on another
           let fault: Fault = null
-          if (r === W.outageRound && provider === 'openai-responses' && a < 2) fault = 'status-503'
+          if (r === W.outageRound && provider === 'openai-responses') fault = 'status-503'
           else if (a === 0 && rateLimited && draw(W.seed, i, r, 4) < W.rateLimitFraction) fault = 'status-429'
           else if (a === 0 && draw(W.seed, i, r, 5) < W.resetFraction) fault = 'reset-before-first-byte'
           const cancel = fault === null && a < 3 && draw(W.seed, i, r, 6, a) < W.cancelFraction ? Math.floor(draw(W.seed, i, r, 7, a) * 60) : null
-          const text = fault === null ? user : `${user}\n#sim fault=${fault}`
+          const text = fault === null ? user : `${user}\n#sim fault=${fault} fault_key=${[...FAULTY].map((a) => accountKeys[provider][a]).join(',')}`
           const x = await send({ ...base, phase: 'open', attempt: a, loadId: `${marker}-o${a}`, asks, fault, cancelPlanned: cancel !== null }, Buffer.from(JSON.stringify(buildBody(client, model, history, text, null))), slow, cancel)
           exs.push(x)
           if (fault !== null) faults[fault] = (faults[fault] ?? 0) + 1
@@ -371,6 +413,14 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
 
     // ---- one wave -----------------------------------------------------------------------
     let firstRetained: Record<string, number> | null = null
+    let retriesBefore = 0
+    const retriesOf = (mm: Map<string, number>) => [...mm].filter(([k]) => k.startsWith('sluice_retries_total{')).reduce((n, [, v]) => n + v, 0)
+    // notIdle plus every account's in-flight gauge (sluice_provider_in_flight is in IDLE_GAUGES)
+    const notIdleAll = (mm: Map<string, number>): Record<string, number> => {
+      const bad = notIdle(mm)
+      for (const [k, v] of mm) if (k.startsWith('sluice_provider_account_in_flight{') && v !== 0) bad[k] = v
+      return bad
+    }
     const wave = async (w: number, name: string, kind: WaveRecord['kind'], sessions: number, rounds: number): Promise<void> => {
       current = name
       const ws = performance.now()
@@ -388,8 +438,11 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
       await Promise.all(Array.from({ length: sessions }, (_, i) => session(w, i, rounds, barriers, exs, recallSends, completed)))
       const durationMs = Math.round(performance.now() - ws)
       // settle: every application-owned gauge back at idle, admissions = releases
-      const m = await waitGauge((mm) => Object.keys(notIdle(mm)).length === 0 && mm.get('sluice_admissions_total') === mm.get('sluice_releases_total'), 10_000)
-      const bad = notIdle(m)
+      const m = await waitGauge((mm) => Object.keys(notIdleAll(mm)).length === 0 && mm.get('sluice_admissions_total') === mm.get('sluice_releases_total'), 10_000)
+      const bad = notIdleAll(m)
+      const retriesNow = retriesOf(m)
+      const waveRetries = retriesNow - retriesBefore
+      retriesBefore = retriesNow
       const admissions = m.get('sluice_admissions_total') ?? NaN
       const releases = m.get('sluice_releases_total') ?? NaN
       if (Object.keys(bad).length > 0) reasons.push(`${name}: not back at idle 10 s after the wave: ${JSON.stringify(bad)}`)
@@ -434,6 +487,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
         name, kind, sessions, rounds, durationMs, outcomes, roundsCompleted: completed.n,
         checked: { streams, calls: ncalls, violations }, notIdle: bad, retained, admissions, releases, rssMb: rss,
         recallSpreadMs: Math.round((spreads.length ? Math.max(...spreads) : 0) * 10) / 10,
+        retries: waveRetries,
       })
       if (completed.n < sessions * rounds) reasons.push(`${name}: ${sessions * rounds - completed.n} of ${sessions * rounds} rounds did not complete within ${W.maxAttempts} attempts each`)
       if (gw!.gone) throw new Error(`sluice exited during ${name}:\n${gw!.tail}`)
@@ -451,8 +505,11 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
       if (r && v > 0) refusals[r[1]] = v
     }
     ledger = { admissions: m.get('sluice_admissions_total') ?? NaN, releases: m.get('sluice_releases_total') ?? NaN, refusals, notIdle: notIdle(m) }
-    const rm = [...m.entries()].filter(([k]) => k === 'sluice_retries_after_commit_total' || k.startsWith('sluice_retries_after_commit_total{'))
-    retriesMetric = rm.length === 0 ? null : rm.reduce((s, [, v]) => s + v, 0)
+    afterCommit = m.get('sluice_retries_after_commit_total') ?? null
+    for (const [k, v] of m) {
+      const r = /^sluice_retries_total\{reason="([^"]+)"\}$/.exec(k)
+      if (r) byReason[r[1]] = v
+    }
     if (gw.gone) reasons.push(`sluice exited during the run:\n${gw.tail}`)
     peak = { sluice: Math.round(sampler.peak(gwPid) * 10) / 10, sim: Math.round(sampler.peak(sim.pid) * 10) / 10 }
     throttled = quota.throttled()
@@ -476,18 +533,19 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
   if (iso.violations > 0) reasons.push(`isolation: ${iso.violations} streams carried something that was not the provider's answer to that session's request (first: ${iso.first.slice(0, 3).join(' | ')})`)
   const unexpected = allEx.filter((x) => x.kind !== 'ok' && x.kind !== 'cancelled' && x.fault === null)
   if (unexpected.length > 0) reasons.push(`${unexpected.length} exchanges without an injected fault or a client cancel did not complete: ${JSON.stringify(count(unexpected))} (first: ${unexpected[0].detail ?? ''})`)
-  const wrongSide = allEx.filter((x) => x.fault !== null && !/^refused:provider_/.test(x.kind))
-  if (wrongSide.length > 0) reasons.push(`${wrongSide.length} injected provider faults were not answered with a provider refusal before the first byte: ${JSON.stringify(count(wrongSide))}`)
+  const unretried = allEx.filter((x) => x.fault !== null && x.kind !== 'ok')
+  if (unretried.length > 0) reasons.push(`${unretried.length} exchanges carrying a fault of one account did not end whole (the gateway should have retried on another account): ${JSON.stringify(count(unretried))} (first: ${unretried[0].detail ?? ''})`)
   const maxUp = Math.max(0, ...upstreamSeen.values())
-  const retries: RecallReceipt['retriesAfterCommit'] = retriesMetric !== null
-    ? { metric: retriesMetric, value: retriesMetric, maxUpstreamPerClientRequest: maxUp, basis: 'the gateway\'s sluice_retries_after_commit_total after the run' }
-    : {
-        metric: null,
-        value: maxUp <= 1 ? 0 : NaN,
-        maxUpstreamPerClientRequest: maxUp,
-        basis: 'sluice_retries_after_commit_total does not exist in this gateway: it has no retry at all (README "Nothing is ever retried"), and the sim saw every client request (x-load-id) at most once, so no request was retried, after its first byte or before',
-      }
-  if (ran && !(retries.value === 0)) reasons.push(`retries after commit: ${retries.metric === null ? `no metric, and a client request reached the provider ${maxUp} times` : retries.metric}`)
+  let repeats = 0
+  for (const n of upstreamSeen.values()) repeats += n - 1
+  const accounts: Record<string, Record<string, number>> = {}
+  for (const [k, v] of [...accountSeen].sort()) {
+    const [pr, a] = k.includes('/') ? k.split('/') : [k, '?']
+    ;(accounts[pr] ??= {})[a] = v
+  }
+  const account: RetryAccount = { byReason, afterCommit, faultsHit, upstreamRepeats: repeats }
+  if (ran) reasons.push(...retryReasons(account))
+  if (accountSeen.has('an unknown key')) reasons.push(`${accountSeen.get('an unknown key')} upstream requests carried no account key of this run`)
   const sustained = waves.filter((x) => x.kind === 'sustained')
   const samples = sustained.map((x) => x.rssMb)
   const s = slope(samples)
@@ -524,7 +582,8 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
     outcomes,
     isolation: { streams: iso.streams, calls: iso.calls, ids: idOwner.size, violations: iso.violations, first: iso.first },
     rss: { samplesMb: samples, slopeMbPerWave: Number.isFinite(s) ? Math.round(s * 1000) / 1000 : NaN, slopeStdErrorMb: Number.isFinite(se) ? Math.round(se * 1000) / 1000 : NaN, toleranceMbPerWave: p.rss.slopeToleranceMbPerWave, peakMb: peak.sluice, simPeakMb: peak.sim },
-    retriesAfterCommit: retries,
+    retriesAfterCommit: afterCommit,
+    retries: { ...account, maxUpstreamPerClientRequest: maxUp, accounts },
     faults,
     latencyMs: {
       openingFirstByte: percentiles(okOf('open').map((x) => x.ttfbMs)),

@@ -18,6 +18,12 @@
 // turn carries no directive and the defaults apply. This is the same rule in every
 // protocol, so a directive survives translation, and an agent's tool loop ends: the turn
 // after a tool result gets plain text.
+//
+// `fault_key=K[,K...]` scopes the fault to those API keys (read by `faultKeysOf`, apart from
+// SimDirective): the fault fires only for a request carrying one of them (as `Authorization:
+// Bearer` or `x-api-key`); a request with any other key, or none, is answered as if there were
+// no fault. A provider with several accounts where some are out, reset or rate-limited (the
+// recall-burst load's accounts, src/load/recall.ts).
 
 export const FAULTS = [
   'reset-before-first-byte',
@@ -88,6 +94,13 @@ export function parseDirective(text: string | null): SimDirective {
   const d: SimDirective = { ...DEFAULT_DIRECTIVE }
   for (const [key, value] of directiveTokens(text)) apply(d, key, value)
   return d
+}
+
+/** The keys of the last `fault_key` of `text` (empty: the fault is not scoped to keys). */
+export function faultKeysOf(text: string | null): string[] {
+  let k: string[] = []
+  for (const [key, value] of directiveTokens(text)) if (key === 'fault_key') k = value.split(',').filter((x) => x !== '')
+  return k
 }
 
 /**

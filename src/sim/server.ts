@@ -24,7 +24,7 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import type { AddressInfo } from 'node:net'
 import { setImmediate as yieldTurn } from 'node:timers/promises'
 import { chat } from './chat.ts'
-import { isObject, lastUserText, parseDirective, type SimProtocol } from './directive.ts'
+import { faultKeysOf, isObject, lastUserText, parseDirective, type SimProtocol } from './directive.ts'
 import { errorBody, SIM_ERRORS, type ErrorFamily, type SimErrorKind } from './errors.ts'
 import { messages } from './messages.ts'
 import type { Renderer } from './protocol.ts'
@@ -354,6 +354,9 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     }
     const userText = lastUserText(protocol, body)
     const directive = parseDirective(userText)
+    // A fault scoped to another account's key is not this request's (directive.ts `fault_key`).
+    const faultKeys = faultKeysOf(userText)
+    if (faultKeys.length > 0 && !faultKeys.some((k) => key !== null && sameKey(key, k))) directive.fault = null
     const seed = seedFrom(raw)
     const script = buildScript(protocol, body, raw.length, seed, directive, parseScenario(userText))
     const idHeader = r.family === 'anthropic' ? 'request-id' : 'x-request-id'

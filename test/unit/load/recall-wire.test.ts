@@ -1,7 +1,7 @@
 // The recall-burst isolation check (src/load/recall-wire.ts) against the real sim: a session's
 // own stream, whole or cut, passes; another session's stream, or its own stream checked against
 // another request's record, is caught (ids, text, the marker in the arguments). Also the
-// deterministic draw, the RSS slope fit and the comparison with a baseline.
+// deterministic draw, the RSS slope fit, the retry checks and the comparison with a baseline.
 
 import t from 'tap'
 import { request } from 'undici'
@@ -9,7 +9,7 @@ import { startSim } from '../../../src/sim/index.ts'
 import type { SimProtocol } from '../../../src/sim/directive.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, saidFor, TOOLS, type ClientProto, type Said, type ToolAsk } from '../../../src/load/recall-wire.ts'
 import { draw } from '../../../src/load/recall.ts'
-import { compareRecall, slope, slopeError, type RecallReceipt } from '../../../src/load/recall-receipt.ts'
+import { compareRecall, retryReasons, slope, slopeError, type RecallReceipt } from '../../../src/load/recall-receipt.ts'
 
 const sim = await startSim({ port: 0 })
 t.teardown(() => sim.close())
@@ -108,4 +108,17 @@ t.test('a recall-burst receipt is compared with its baseline: settings, hardware
   t.equal(compareRecall(base, { ...slow, hardware: { ...base.hardware, cores: 4 } } as RecallReceipt, tol).attribution, 'changed hardware')
   t.equal(compareRecall(base, { ...base, passed: false } as RecallReceipt, tol).attribution, 'regression', 'pass -> fail is a regression')
   t.match(compareRecall(base, { ...base, rss: { peakMb: 300 } } as RecallReceipt, tol).worse.join(), /peak RSS 200 -> 300/)
+})
+
+t.test('the retry checks: after-commit read from the gateway, retries by reason = the faults fired, = the repeats the provider saw', async (t) => {
+  const ok = { byReason: { connect: 0, reset: 3, timeout: 0, status: 2, rate_limited: 1 }, afterCommit: 0, faultsHit: { 'reset-before-first-byte': 3, 'status-503': 2, 'status-429': 1 }, upstreamRepeats: 6 }
+  t.same(retryReasons(ok), [], 'every fault fired was retried once, and nothing else')
+  t.match(retryReasons({ ...ok, afterCommit: null }), [/sluice_retries_after_commit_total is missing/], 'a missing metric is a failure, never taken as 0')
+  t.match(retryReasons({ ...ok, afterCommit: 1 }), [/retries after commit: sluice_retries_after_commit_total = 1/])
+  t.match(retryReasons({ ...ok, byReason: {}, upstreamRepeats: 0 }).join('\n'), /sluice_retries_total\{reason\} is missing/)
+  t.match(retryReasons({ ...ok, upstreamRepeats: 7 }), [/counted 6 retries but the provider saw 7 repeated requests/])
+  const r = retryReasons({ ...ok, byReason: { ...ok.byReason, reset: 2, timeout: 1 } })
+  t.match(r.join('\n'), /retries for reset: the gateway counted 2, the faults fired call for 3/)
+  t.match(r.join('\n'), /retries for timeout: the gateway counted 1, the faults fired call for 0/)
+  t.match(retryReasons({ ...ok, faultsHit: { ...ok.faultsHit, 'status-429': 2 }, upstreamRepeats: 6 }).join('\n'), /rate_limited: the gateway counted 1, the faults fired call for 2/, 'a 429 fired and not retried')
 })

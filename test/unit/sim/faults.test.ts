@@ -3,7 +3,7 @@ import t from 'tap'
 import OpenAI from 'openai'
 import Anthropic from '@anthropic-ai/sdk'
 import { request } from 'node:http'
-import { MALFORMED_MARK, nextExchange, parseSse, rawRequest, startSim, type SseFrame } from '../../../src/sim/index.ts'
+import { MALFORMED_MARK, faultKeysOf, nextExchange, parseSse, rawRequest, startSim, type SseFrame } from '../../../src/sim/index.ts'
 
 const sim = await startSim()
 t.teardown(() => sim.close())
@@ -265,4 +265,31 @@ t.test('backpressure: a reader that does not read holds the stream back', async 
   const end = await ex.end
   t.equal(end.outcome, 'client-closed')
   t.ok(end.eventsSent < 10000, `only ${end.eventsSent} of 20003 frames were written`)
+})
+
+t.test('fault_key scopes a fault to some API keys: other keys, and none, get the answer', async t => {
+  const keyed = (proto: Proto, text: string, headers: Record<string, string>) =>
+    rawRequest(sim.url, { path: PATH[proto], body: body(proto, text), headers })
+  for (const proto of PROTOS) {
+    for (const [fault, status] of [['status-503', 503], ['status-429', 429], ['reset-before-first-byte', 0]] as const) {
+      const text = `x\n#sim fault=${fault} fault_key=sk-acct-a,sk-acct-c`
+      const hit = nextExchange(sim)
+      const a = await keyed(proto, text, proto === 'messages' ? { 'x-api-key': 'sk-acct-a' } : { authorization: 'Bearer sk-acct-a' })
+      t.equal(a.status, status, `${proto} ${fault}: the key the fault names gets it`)
+      t.equal((await hit.end).outcome, 'fault')
+      const hitC = nextExchange(sim)
+      t.equal((await keyed(proto, text, { authorization: 'Bearer sk-acct-c' })).status, status, `${proto} ${fault}: so does the other key it names`)
+      t.equal((await hitC.end).outcome, 'fault')
+      for (const other of [{ authorization: 'Bearer sk-acct-b' }, { 'x-api-key': 'sk-acct-aa' }, {}] as Array<Record<string, string>>) {
+        const miss = nextExchange(sim)
+        const b = await keyed(proto, text, other)
+        t.equal(b.status, 200, `${proto} ${fault} ${JSON.stringify(other)}: answered`)
+        t.ok(lastFrameOk(proto, parseSse(b.body.toString())), 'the whole stream, with its terminal')
+        t.equal((await miss.end).outcome, 'completed')
+      }
+    }
+  }
+  t.same(faultKeysOf('#sim fault=status-503 fault_key='), [], 'an empty fault_key scopes nothing')
+  t.same(faultKeysOf('#sim fault_key=a\n#sim fault_key=b,c'), ['b', 'c'], 'the last one wins')
+  t.same(faultKeysOf('#sim fault=status-503'), [])
 })
