@@ -92,11 +92,13 @@ export interface TranslatedContext {
 
 export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Outcome> {
   const { deps, rec, up, res, scope, signal, translator, budget } = ctx
-  const frames: Buffer[] = []
+  // What the chunk being pushed completed, in stream order: frames, and an oversize frame as
+  // null (judged in its place, after the frames before it, whatever the chunking).
+  const frames: Array<Buffer | null> = []
   let oversize = 0
   const framer = new SseFramer({
     onFrame: (frame) => { frames.push(frame) },
-    onOversize: (bytes) => { if (oversize === 0) oversize = bytes },
+    onOversize: (bytes) => { if (oversize === 0) oversize = bytes; frames.push(null) },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
   const stallMs = deps.config.limits.clientStallMs
 
@@ -123,15 +125,13 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
         frames.length = 0
         framer.push(data as Buffer)
         scope.setFloating(framer.bufferedBytes, res.writableLength)
-        if (oversize > 0) {
-          failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')
-          break
-        }
         let out: Buffer[] = []
+        let over = false
         if (frames.length > 0) {
           out = await scope.underParse(signal, () => {
             const o: Buffer[] = []
             for (const f of frames) {
+              if (f === null) { over = true; break }
               framesIn++
               for (const b of translator.pushFrame(f)) o.push(b)
               if (translator.failure !== null) break
@@ -139,11 +139,15 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
             return o
           })
         }
+        // An oversize frame after the client's terminal changes nothing it was told.
+        if (over && !translator.finished && translator.failure === null) {
+          failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')
+        }
         // The caller is about to see the stream's terminal event: its session may go on now.
         onFinished()
         if (translator.finished) scope.releaseLane()
         const ok = write(out)
-        if (translator.failure !== null) break
+        if (translator.failure !== null || failure !== null) break
         if (!ok) await drained(res, signal, stallMs)
       }
       if (failure === null && translator.failure === null && !translator.finished) {

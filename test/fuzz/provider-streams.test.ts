@@ -12,9 +12,9 @@
 //     reached the client;
 //   - the ledger is idle afterwards.
 //
-// Pairs: a client route and the provider protocol behind it. Only same-protocol pairs are
-// listed; a translated pair is added to PAIRS with exact: false (its stream is then checked for
-// whole frames of the client's protocol, one tail and a terminal, not for provider bytes).
+// Pairs: a client route and the provider protocol behind it, same-protocol and translated. A
+// translated pair (exact: false) is checked for whole frames of the client's protocol, one tail
+// and a terminal, not for provider bytes.
 //
 // Bounded in `npm test`; SLUICE_FUZZ_RUNS=20000 for a long run (see test/fuzz/runs.ts).
 
@@ -45,11 +45,17 @@ const PATH: Record<ClientRoute, string> = { chat: '/v1/chat/completions', respon
 /** The model that routes to each provider protocol (one fuzz provider per protocol). */
 const MODEL: Record<Protocol, string> = { 'openai-chat': 'fz-chat', 'openai-responses': 'fz-resp', anthropic: 'fz-msg' }
 
-/** (client route, provider protocol). Translated pairs go here once translation exists. */
+/** (client route, provider protocol): the three same-protocol pairs and the six translated ones. */
 export const PAIRS: Pair[] = ([
   ['chat', 'openai-chat'],
   ['responses', 'openai-responses'],
   ['messages', 'anthropic'],
+  ['chat', 'openai-responses'],
+  ['chat', 'anthropic'],
+  ['responses', 'openai-chat'],
+  ['responses', 'anthropic'],
+  ['messages', 'openai-chat'],
+  ['messages', 'openai-responses'],
 ] as Array<[ClientRoute, Protocol]>).map(([route, provider]) => ({ route, provider, exact: ROUTE_PROTOCOL[route] === provider }))
 
 const MAX_FRAME = 1024
