@@ -30,45 +30,81 @@ import { transportError } from './upstream.ts'
 
 const GAUGE = { tool_arguments: RG_TOOL_ARGUMENT_BYTES, item: RG_TRANSLATE_ITEM_BYTES, output: RG_TRANSLATE_OUTPUT_BYTES } as const
 
+/** The reservation grows and shrinks in blocks: one ledger operation per block, not per delta. */
+const BLOCK = 16 * 1024
+
+type What = 'tool_arguments' | 'item' | 'output'
+
 /**
  * The translation's retained bytes, held by the exchange's scope (so they are released with
- * it, whatever happens) and shown per kind in this worker's gauges. A charge that does not
- * fit throws storage_budget_exhausted.
+ * it, whatever happens) and shown per kind in this worker's gauges (synced per upstream chunk). A charge that
+ * does not fit throws storage_budget_exhausted.
  */
 export class ScopeBudget implements TranslationBudget {
   private readonly scope: ExchangeScope
   private readonly ledger: Ledger
   private readonly held = { tool_arguments: 0, item: 0, output: 0 }
+  /** What the gauges show now (synced once per upstream chunk, and at the end). */
+  private readonly shown = { tool_arguments: 0, item: 0, output: 0 }
+  private total = 0
+  /** Reserved in the scope for translation: whole blocks, always >= total. */
+  private reserved = 0
 
   constructor (scope: ExchangeScope, ledger: Ledger) {
     this.scope = scope
     this.ledger = ledger
   }
 
-  charge (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
+  charge (bytes: number, what: What): void {
     if (bytes <= 0) return
-    this.scope.reserve(bytes)
+    const need = this.total + bytes
+    if (need > this.reserved) {
+      // Every kept byte is reserved before it is kept; a block at a time (throws when the
+      // storage budget has no room for it).
+      const add = Math.ceil((need - this.reserved) / BLOCK) * BLOCK
+      this.scope.reserve(add)
+      this.reserved += add
+    }
+    this.total = need
     this.held[what] += bytes
-    this.ledger.gauge(GAUGE[what], bytes)
   }
 
-  release (bytes: number, what: 'tool_arguments' | 'item' | 'output'): void {
+  release (bytes: number, what: What): void {
     if (bytes <= 0) return
     if (bytes > this.held[what]) throw new Error(`translation budget: release ${bytes} > held ${this.held[what]} (${what})`)
     this.held[what] -= bytes
-    this.ledger.gauge(GAUGE[what], -bytes)
-    if (!this.scope.isReleased) this.scope.unreserve(bytes)
+    this.total -= bytes
+    // Give back what is more than one spare block beyond the blocks in use.
+    const keep = (Math.ceil(this.total / BLOCK) + 1) * BLOCK
+    if (this.reserved > keep) {
+      const back = this.reserved - keep
+      this.reserved = keep
+      if (!this.scope.isReleased) this.scope.unreserve(back)
+    }
   }
 
-  /** Whatever is still held goes back (the gauges too); the scope's release frees the bytes. */
+  /** The translation gauges catch up with what is held (per upstream chunk: cheap per delta). */
+  sync (): void {
+    for (const what of ['tool_arguments', 'item', 'output'] as const) {
+      const d = this.held[what] - this.shown[what]
+      if (d !== 0) { this.ledger.gauge(GAUGE[what], d); this.shown[what] = this.held[what] }
+    }
+  }
+
+  /** Whatever is still held goes back, the spare blocks and the gauges too. */
   drop (): void {
     for (const what of ['tool_arguments', 'item', 'output'] as const) {
       const n = this.held[what]
       if (n > 0) this.release(n, what)
     }
+    if (this.reserved > 0) {
+      if (!this.scope.isReleased) this.scope.unreserve(this.reserved)
+      this.reserved = 0
+    }
+    this.sync()
   }
 
-  get heldBytes (): number { return this.held.tool_arguments + this.held.item + this.held.output }
+  get heldBytes (): number { return this.total }
 }
 
 export interface TranslatedContext {
@@ -128,17 +164,18 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
         let out: Buffer[] = []
         let over = false
         if (frames.length > 0) {
+          // Every frame of the chunk translated, their client bytes taken once (one buffer).
           out = await scope.underParse(signal, () => {
-            const o: Buffer[] = []
             for (const f of frames) {
               if (f === null) { over = true; break }
               framesIn++
-              for (const b of translator.pushFrame(f)) o.push(b)
+              translator.feedFrame(f)
               if (translator.failure !== null) break
             }
-            return o
+            return translator.take()
           })
         }
+        budget.sync()
         // An oversize frame after the client's terminal changes nothing it was told.
         if (over && !translator.finished && translator.failure === null) {
           failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')

@@ -59,6 +59,10 @@ export interface StreamTranslator {
   push (eventName: string | null, data: unknown): Buffer[]
   /** One provider frame as bytes (as SseFramer reports it): read, parsed, pushed. */
   pushFrame (frame: Uint8Array): Buffer[]
+  /** Like pushFrame, but the client bytes stay queued until take(): one buffer for many frames. */
+  feedFrame (frame: Uint8Array): void
+  /** The client bytes queued since the last take. */
+  take (): Buffer[]
   /** The provider's stream ended. */
   end (): Buffer[]
   /** The stream's failure (its client bytes are failureTail's), null while none. */
@@ -110,19 +114,24 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
       return enc.take()
     },
     pushFrame (frame) {
+      this.feedFrame(frame)
+      return enc.take()
+    },
+    feedFrame (frame) {
       const { event, data } = payloadOf(Buffer.isBuffer(frame) ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength))
-      if (data === null || data.length === 0) return []
+      if (data === null || data.length === 0) return
       const text = data.toString('utf8')
-      if (text.trim() === '[DONE]') return this.push(event, '[DONE]')
+      if (text.trim() === '[DONE]') { dec.frame(event, '[DONE]'); return }
       let v: unknown
       try {
         v = JSON.parse(text)
       } catch {
         dec.e.fail('provider_protocol_error', `a provider frame${event !== null ? ` (${event})` : ''} is not valid JSON`)
-        return enc.take()
+        return
       }
-      return this.push(event, v)
+      dec.frame(event, v)
     },
+    take () { return enc.take() },
     end () {
       dec.end()
       return enc.take()
