@@ -7,7 +7,7 @@
 import t from 'tap'
 import { request } from 'undici'
 import { verifyRecord } from '../../src/sse/sign.ts'
-import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { SIGNING_KEY, chatBody, messagesBody, responsesBody, exchangeLogLine, postToRig, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 
 const key = Buffer.from(SIGNING_KEY, 'utf8')
@@ -22,25 +22,10 @@ const ROUTES = [
   ['/v1/messages', (d: string) => messagesBody(`go\n${d}`)],
 ] as const
 
-async function post (path: string, body: unknown) {
-  const res = await request(rig.url + path, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-  return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) }
-}
+const post = (path: string, body: unknown) => postToRig(rig, path, body)
 
 /** The exchange's log line (written at its release, so it may come a moment after the reply). */
-async function logLine (exchangeId: string): Promise<Record<string, unknown>> {
-  for (let i = 0; i < 200; i++) {
-    for (const l of rig.gw.logs) {
-      if (!l.includes(exchangeId)) continue
-      try {
-        const j = JSON.parse(l) as Record<string, unknown>
-        if (j.msg === 'exchange' && j.exchangeId === exchangeId) return j
-      } catch {}
-    }
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`no log line for ${exchangeId}`)
-}
+const logLine = (exchangeId: string): Promise<Record<string, unknown>> => exchangeLogLine(rig, exchangeId)
 
 t.test('a non-streaming provider failure is a signed JSON refusal, never an empty reply', async (t) => {
   const cases: Array<[string, number, string]> = [

@@ -3,12 +3,12 @@
 // with a signed provider_protocol_error tail right after the last whole frame.
 
 import t from 'tap'
-import { createServer, type Server } from 'node:http'
-import { once } from 'node:events'
+import type { Server } from 'node:http'
 import { request } from 'undici'
 import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
 import { KEY, SIGNING_KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { startUpstream } from '../helpers/upstream.ts'
 
 const chunk = (i: number) => `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"w${i}"},"finish_reason":null}]}\n\n`
 const partial = 'data: {"id":"c1","object":"chat.compl'
@@ -16,17 +16,13 @@ const partial = 'data: {"id":"c1","object":"chat.compl'
 let rig: Rig
 let upstream: Server
 t.before(async () => {
-  upstream = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      res.write(chunk(0) + chunk(1) + partial)
-      setTimeout(() => res.end(), 20)
-    })
+  const up = await startUpstream((_req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(chunk(0) + chunk(1) + partial)
+    setTimeout(() => res.end(), 20)
   })
-  upstream.listen(0, '127.0.0.1')
-  await once(upstream, 'listening')
-  const url = `http://127.0.0.1:${(upstream.address() as { port: number }).port}`
+  upstream = up.server
+  const url = up.url
   rig = await startRig({ providers: () => [{ name: 'eof', protocol: 'openai-chat', baseUrl: url, models: ['*'] }] })
 })
 t.teardown(async () => { await rig.close(); upstream.close() })

@@ -3,11 +3,10 @@
 // Never a retry, never a replay; the ledger back at idle after each.
 
 import t from 'tap'
-import { request } from 'undici'
 import OpenAI from 'openai'
 import Anthropic from '@anthropic-ai/sdk'
 import { verifyRecord, type FailureRecord } from '../../src/sse/sign.ts'
-import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, exchangeLogLine, postToRig, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 
 const key = Buffer.from(SIGNING_KEY, 'utf8')
@@ -21,10 +20,7 @@ const ROUTES = [
   ['/v1/messages', (d: string) => messagesBody(`go\n${d}`, { stream: true })],
 ] as const
 
-async function post (path: string, body: unknown) {
-  const res = await request(rig.url + path, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-  return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) }
-}
+const post = (path: string, body: unknown) => postToRig(rig, path, body)
 
 /** Finds `{ record, signature }` anywhere in the last data frame of an SSE body. */
 function signedTail (sse: string): { record: FailureRecord; signature: string } | null {
@@ -104,19 +100,7 @@ t.test('the provider\'s own error event is relayed, then signed', async (t) => {
   }
 })
 
-async function logLine (exchangeId: string): Promise<Record<string, unknown>> {
-  for (let i = 0; i < 200; i++) {
-    for (const l of rig.gw.logs) {
-      if (!l.includes(exchangeId)) continue
-      try {
-        const j = JSON.parse(l) as Record<string, unknown>
-        if (j.msg === 'exchange' && j.exchangeId === exchangeId) return j
-      } catch {}
-    }
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`no log line for ${exchangeId}`)
-}
+const logLine = (exchangeId: string): Promise<Record<string, unknown>> => exchangeLogLine(rig, exchangeId)
 
 // A Responses stream that ends with its own `response.failed` (error=KIND) has had its
 // terminal: the relay ends after it, and adds no second one. Messages `event: error`, a Chat

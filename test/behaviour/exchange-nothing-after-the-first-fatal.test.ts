@@ -7,12 +7,12 @@
 //     the frames before it (the terminal included) away from the client.
 
 import t, { type Test } from 'tap'
-import { createServer, type Server } from 'node:http'
-import { once } from 'node:events'
+import type { Server } from 'node:http'
 import { request } from 'undici'
 import { verifyRecord } from '../../src/sse/sign.ts'
 import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { startUpstream } from '../helpers/upstream.ts'
 import { findSluice } from '../fuzz/tails.ts'
 
 const chatChunk = (s: string) => `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"${s}"},"finish_reason":null}]}\n\n`
@@ -47,18 +47,14 @@ const oversize = 'data: {"pad":"' + 'x'.repeat(2 * MAX_FRAME) + '"}\n\n'
 let rig: Rig
 let upstream: Server
 t.before(async () => {
-  upstream = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' })
-      const which = String(req.headers['x-test-tag'])
-      if (which === 'oversize-after-done') res.end(chatChunk('a') + chatFinish + 'data: [DONE]\n\n' + oversize)
-      else res.end(STREAMS[which].before + STREAMS[which].after)
-    })
+  const up = await startUpstream((req, _body, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    const which = String(req.headers['x-test-tag'])
+    if (which === 'oversize-after-done') res.end(chatChunk('a') + chatFinish + 'data: [DONE]\n\n' + oversize)
+    else res.end(STREAMS[which].before + STREAMS[which].after)
   })
-  upstream.listen(0, '127.0.0.1')
-  await once(upstream, 'listening')
-  const url = `http://127.0.0.1:${(upstream.address() as { port: number }).port}`
+  upstream = up.server
+  const url = up.url
   rig = await startRig({
     limits: { sseFrameBytes: MAX_FRAME },
     providers: () => [

@@ -12,12 +12,11 @@
 // The ledger is back at idle after each.
 
 import t, { type Test } from 'tap'
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { request } from 'undici'
+import type { Server } from 'node:http'
 import { verifyRecord } from '../../src/sse/sign.ts'
-import { KEY, SIGNING_KEY, chatBody, messagesBody, responsesBody, startRig, type Rig } from '../helpers/exchange.ts'
+import { SIGNING_KEY, chatBody, messagesBody, responsesBody, exchangeLogLine, postToRig, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { startUpstream } from '../helpers/upstream.ts'
 
 const key = Buffer.from(SIGNING_KEY, 'utf8')
 const MANY = 2_500_000
@@ -54,29 +53,25 @@ function answer (model: string): { status: number; headers: Record<string, strin
 let upstream: Server
 let rig: Rig
 t.before(async () => {
-  upstream = createServer((req, res) => {
-    const parts: Buffer[] = []
-    req.on('data', (c: Buffer) => parts.push(c))
-    req.on('end', () => {
-      void (async () => {
-        const model = String((JSON.parse(Buffer.concat(parts).toString()) as { model?: unknown }).model)
-        const a = answer(model)
-        if (Buffer.isBuffer(a.body)) {
-          res.writeHead(a.status, { ...a.headers, 'content-length': String(a.body.length) })
-          res.end(a.body)
-          return
-        }
-        res.writeHead(a.status, a.headers)
-        for await (const chunk of a.body()) {
-          if (res.destroyed) return
-          if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r) })
-        }
-        res.end()
-      })().catch(() => res.destroy())
-    })
+  const up = await startUpstream((_req, body, res) => {
+    void (async () => {
+      const model = String((JSON.parse(body.toString()) as { model?: unknown }).model)
+      const a = answer(model)
+      if (Buffer.isBuffer(a.body)) {
+        res.writeHead(a.status, { ...a.headers, 'content-length': String(a.body.length) })
+        res.end(a.body)
+        return
+      }
+      res.writeHead(a.status, a.headers)
+      for await (const chunk of a.body()) {
+        if (res.destroyed) return
+        if (!res.write(chunk)) await new Promise((r) => { res.once('drain', r); res.once('close', r) })
+      }
+      res.end()
+    })().catch(() => res.destroy())
   })
-  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
-  const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
+  upstream = up.server
+  const url = up.url
   rig = await startRig({
     workers: 1,
     providers: () => [
@@ -98,24 +93,9 @@ const ROUTES = [
   ['/v1/messages', 'odd-messages', (model: string, stream: boolean) => messagesBody('hi', { model, stream })],
 ] as const
 
-async function post (path: string, body: unknown) {
-  const res = await request(rig.url + path, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-  return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) }
-}
+const post = (path: string, body: unknown) => postToRig(rig, path, body)
 
-async function logLine (exchangeId: string): Promise<Record<string, unknown>> {
-  for (let i = 0; i < 200; i++) {
-    for (const l of rig.gw.logs) {
-      if (!l.includes(exchangeId)) continue
-      try {
-        const j = JSON.parse(l) as Record<string, unknown>
-        if (j.msg === 'exchange' && j.exchangeId === exchangeId) return j
-      } catch {}
-    }
-    await new Promise((r) => setTimeout(r, 20))
-  }
-  throw new Error(`no log line for ${exchangeId}`)
-}
+const logLine = (exchangeId: string): Promise<Record<string, unknown>> => exchangeLogLine(rig, exchangeId)
 
 function workerExits (): string[] {
   return rig.gw.logs.filter((l) => l.includes('"worker exited"'))

@@ -7,13 +7,13 @@
 // breaker opens, lets one probe through and closes. The ledger is idle after everything.
 
 import t from 'tap'
-import { createServer, type Server, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { Server, ServerResponse } from 'node:http'
 import { request } from 'undici'
 import { verifyRecord } from '../../src/sse/sign.ts'
 import { KEY, SIGNING_KEY } from '../helpers/exchange.ts'
 import { sha256Hex } from '../../src/config/load.ts'
 import { startGateway, until, waitIdle, type Gateway } from '../helpers/gateway.ts'
+import { startUpstream } from '../helpers/upstream.ts'
 
 type Behaviour =
   | { kind: 'ok'; delayMs?: number }
@@ -73,18 +73,14 @@ let gw: Gateway
 let url: string
 
 t.before(async () => {
-  upstream = createServer((req, res) => {
-    const parts: Buffer[] = []
-    req.on('data', (c: Buffer) => parts.push(c))
-    req.on('end', () => {
-      const key = String(req.headers.authorization ?? '').replace(/^Bearer /, '')
-      const account = keyOf.get(key) ?? 'unknown'
-      hits.push({ account, body: Buffer.concat(parts), at: Date.now() })
-      serve(account, behaviour.get(account) ?? { kind: 'ok' }, res)
-    })
+  const up = await startUpstream((req, body, res) => {
+    const key = String(req.headers.authorization ?? '').replace(/^Bearer /, '')
+    const account = keyOf.get(key) ?? 'unknown'
+    hits.push({ account, body, at: Date.now() })
+    serve(account, behaviour.get(account) ?? { kind: 'ok' }, res)
   })
-  await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
-  const base = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
+  upstream = up.server
+  const base = up.url
   gw = await startGateway({
     workers: 2,
     keys: [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],

@@ -1,6 +1,7 @@
 // A gateway in front of a simulated provider that lives in the test process, so tests can
 // watch exactly what reaches the upstream (sim.events) and compare with direct calls.
 
+import { request } from 'undici'
 import { startSim, type Sim, type SimBodyEvent, type SimEndEvent, type SimRequestEvent } from '../../src/sim/index.ts'
 import { sha256Hex } from '../../src/config/load.ts'
 import { startGateway, type Gateway } from './gateway.ts'
@@ -76,4 +77,25 @@ export function responsesBody (text: string, extra: Record<string, unknown> = {}
 }
 export function messagesBody (text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: 'claude-opus-5-5', max_tokens: 256, messages: [{ role: 'user', content: text }], ...extra }
+}
+
+/** POSTs `body` as JSON to the rig's gateway at `path` with the gateway key: the status, headers and whole body. */
+export async function postToRig (rig: Rig, path: string, body: unknown) {
+  const res = await request(rig.url + path, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  return { status: res.statusCode, headers: res.headers, body: Buffer.from(await res.body.arrayBuffer()) }
+}
+
+/** The exchange's log line from the rig's gateway (written at its release, so it may come a moment after the reply). */
+export async function exchangeLogLine (rig: Rig, exchangeId: string): Promise<Record<string, unknown>> {
+  for (let i = 0; i < 200; i++) {
+    for (const l of rig.gw.logs) {
+      if (!l.includes(exchangeId)) continue
+      try {
+        const j = JSON.parse(l) as Record<string, unknown>
+        if (j.msg === 'exchange' && j.exchangeId === exchangeId) return j
+      } catch {}
+    }
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  throw new Error(`no log line for ${exchangeId}`)
 }

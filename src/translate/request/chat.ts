@@ -33,7 +33,7 @@
 import type { CanonicalRequest, OutputFormat, Part, ToolCall, ToolChoice, ToolDef, ToolKind, ToolOutput } from '../canonical.ts'
 import { wireNameOf } from '../names.ts'
 import {
-  arr, customArguments, customToolSchema, effortForBudget, imageFromUrl, imageUrl, invalid, isObj, normaliseTurns, obj,
+  arr, customArguments, customToolSchema, effortForBudget, imageFromUrl, imageUrl, invalid, isObj, newRequest, normaliseTurns, obj,
   optBool, optNum, optStr, outputImages, outputText, providerCallId, str, type EncodeContext, type Json,
 } from './common.ts'
 
@@ -47,15 +47,7 @@ export function decodeChatRequest (body: unknown): CanonicalRequest {
   if (typeof b.n === 'number' && b.n > 1) throw invalid('n', 'several choices are not supported on a translated route')
   if (Array.isArray(b.modalities) && b.modalities.includes('audio')) throw invalid('modalities', 'audio output cannot be translated')
   if (b.functions !== undefined || b.function_call !== undefined) throw invalid(b.functions !== undefined ? 'functions' : 'function_call', 'the legacy function fields are not translated: use tools / tool_choice')
-  const req: CanonicalRequest = {
-    client: 'openai-chat',
-    model: str(b.model, 'model'),
-    stream: optBool(b.stream, 'stream') ?? false,
-    system: [],
-    messages: [],
-    tools: [],
-    droppedTools: [],
-  }
+  const req = newRequest('openai-chat', b)
   const kinds = new Map<string, ToolKind>()
   arr(b.messages, 'messages').forEach((raw, i) => {
     const f = `messages[${i}]`

@@ -5,7 +5,7 @@
 
 import { createHash } from 'node:crypto'
 import { SluiceError } from '../../errors.ts'
-import type { ImageSource, Message, Part, Protocol, ToolOutput } from '../canonical.ts'
+import type { CanonicalRequest, ImageSource, Message, Part, Protocol, ToolDef, ToolOutput } from '../canonical.ts'
 
 /** What an encoder needs beyond the canonical request. */
 export interface EncodeContext {
@@ -64,6 +64,30 @@ export function optBool (v: unknown, field: string): boolean | undefined {
 }
 
 /** A field the translation cannot carry: refused, naming it, rather than silently dropped. */
+/** The canonical request a decoder starts from: `client`, and the body's model and stream flag (checked). */
+export function newRequest (client: Protocol, b: Json): CanonicalRequest {
+  return {
+    client,
+    model: str(b.model, 'model'),
+    stream: optBool(b.stream, 'stream') ?? false,
+    system: [],
+    messages: [],
+    tools: [],
+    droppedTools: [],
+  }
+}
+
+/** The request's tools as `encode` puts them on the provider's wire; one it cannot (null) is named in req.droppedTools. */
+export function encodeTools (req: CanonicalRequest, encode: (t: ToolDef, req: CanonicalRequest) => Json | null): Json[] {
+  const tools: Json[] = []
+  for (const t of req.tools) {
+    const enc = encode(t, req)
+    if (enc === null) req.droppedTools.push(t.name)
+    else tools.push(enc)
+  }
+  return tools
+}
+
 export function refuseField (field: string, why: string): never {
   throw invalid(field, why)
 }

@@ -42,7 +42,7 @@ import { wireNameOf } from '../names.ts'
 import { parseAnthropicThinkingOpaque } from '../reasoning.ts'
 import { mapHosted } from './hosted.ts'
 import {
-  arr, argumentsObject, budgetForEffort, customToolSchema, imageFromUrl, invalid, isObj, MIN_THINKING_BUDGET, normaliseTurns,
+  arr, argumentsObject, budgetForEffort, customToolSchema, encodeTools, imageFromUrl, invalid, isObj, MIN_THINKING_BUDGET, newRequest, normaliseTurns,
   obj, optBool, optNum, optStr, providerCallId, str, type EncodeContext, type Json,
 } from './common.ts'
 
@@ -54,15 +54,7 @@ const CALL_ID_MAX = 64
 
 export function decodeMessagesRequest (body: unknown): CanonicalRequest {
   const b = obj(body, 'body')
-  const req: CanonicalRequest = {
-    client: 'anthropic',
-    model: str(b.model, 'model'),
-    stream: optBool(b.stream, 'stream') ?? false,
-    system: [],
-    messages: [],
-    tools: [],
-    droppedTools: [],
-  }
+  const req = newRequest('anthropic', b)
   if (typeof b.system === 'string') {
     if (b.system !== '') req.system.push({ role: 'system', text: b.system })
   } else if (b.system !== undefined && b.system !== null) {
@@ -207,12 +199,7 @@ export function encodeMessagesRequest (req: CanonicalRequest, ctx: EncodeContext
   const body: Json = { model: ctx.model, max_tokens: maxTokens }
   if (system.length > 0) body.system = system
   body.messages = messages
-  const tools: Json[] = []
-  for (const t of req.tools) {
-    const enc = encodeTool(t, req)
-    if (enc === null) req.droppedTools.push(t.name)
-    else tools.push(enc)
-  }
+  const tools = encodeTools(req, encodeTool)
   if (tools.length > 0) {
     body.tools = tools
     const choice = encodeChoice(req.toolChoice, req.parallelToolCalls)

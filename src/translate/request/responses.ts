@@ -41,7 +41,7 @@ import { wireNameOf } from '../names.ts'
 import { parseOpenaiReasoningOpaque } from '../reasoning.ts'
 import { mapHosted } from './hosted.ts'
 import {
-  arr, effortForBudget, imageFromUrl, imageUrl, invalid, isObj, normaliseTurns, obj, optBool, optNum, optStr, str,
+  arr, effortForBudget, encodeTools, imageFromUrl, imageUrl, invalid, isObj, newRequest, normaliseTurns, obj, optBool, optNum, optStr, str,
   type EncodeContext, type Json,
 } from './common.ts'
 
@@ -59,15 +59,7 @@ export function decodeResponsesRequest (body: unknown): CanonicalRequest {
   if (b.conversation !== undefined && b.conversation !== null) throw invalid('conversation', 'is not supported on a translated route (conversations live in the client\'s OpenAI account): send the whole input, or previous_response_id')
   if (b.background === true) throw invalid('background', 'background responses are not supported on a translated route')
   if (b.prompt !== undefined && b.prompt !== null) throw invalid('prompt', 'stored prompt templates are not supported on a translated route')
-  const req: CanonicalRequest = {
-    client: 'openai-responses',
-    model: str(b.model, 'model'),
-    stream: optBool(b.stream, 'stream') ?? false,
-    system: [],
-    messages: [],
-    tools: [],
-    droppedTools: [],
-  }
+  const req = newRequest('openai-responses', b)
   const instructions = optStr(b.instructions, 'instructions')
   if (instructions !== undefined && instructions !== '') req.system.push({ role: 'system', text: instructions })
   // declared tools first: the ones a tool search loaded (in the input) come after them
@@ -301,12 +293,7 @@ export function encodeResponsesRequest (req: CanonicalRequest, ctx: EncodeContex
     flush()
   }
   body.input = input
-  const tools: Json[] = []
-  for (const t of req.tools) {
-    const enc = encodeTool(t, req)
-    if (enc === null) req.droppedTools.push(t.name)
-    else tools.push(enc)
-  }
+  const tools = encodeTools(req, encodeTool)
   if (tools.length > 0) {
     body.tools = tools
     if (req.toolChoice !== undefined) body.tool_choice = encodeChoice(req.toolChoice, req)

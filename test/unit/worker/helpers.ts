@@ -1,7 +1,9 @@
 // Shared pieces for the unit tests of worker/: a validated config, the exchange deps built from
 // the real classes (the same ones worker/app.ts builds), a reading of the run table's truth
 // cells (turn counts are not part of idleProblems: they belong to runs, not to exchanges), and
-// a throwaway node:http server on 127.0.0.1 whose handler the test supplies.
+// a throwaway node:http server on 127.0.0.1 whose handler the test supplies, and the relay rig
+// (relayStream between a real upstream and a real client, see startRelayRig) with the Chat
+// frames its tests build streams from.
 //
 // Run directly (`tap test/unit` runs every file under it), this file checks its own helpers.
 //
@@ -10,21 +12,27 @@
 // throws, so a unit that starts to need it fails loudly instead of meeting a stand-in.
 
 import { isMainThread } from 'node:worker_threads'
+import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { request } from 'undici'
 import { sha256Hex, validateConfig } from '../../../src/config/load.ts'
 import type { Config } from '../../../src/config/schema.ts'
 import { createRingBuffer, EventRing } from '../../../src/events/ring.ts'
 import type { ParserPool } from '../../../src/json/pool.ts'
 import type { Ledger } from '../../../src/ledger/ledger.ts'
-import { RUN_COUNT, RUN_FIELDS, RUN_HASH_A, RUN_HASH_B } from '../../../src/ledger/layout.ts'
+import { RG_PENDING_BYTES, RUN_COUNT, RUN_FIELDS, RUN_HASH_A, RUN_HASH_B } from '../../../src/ledger/layout.ts'
 import { RunTable } from '../../../src/ledger/runs.ts'
+import type { Route } from '../../../src/protocols/routes.ts'
 import { Router } from '../../../src/routing.ts'
-import { Signer } from '../../../src/sse/sign.ts'
+import { Signer, type FailureRecord } from '../../../src/sse/sign.ts'
+import { idleProblems, makeLedger, turn } from '../ledger/helpers.ts'
 import { Admission } from '../../../worker/admission.ts'
 import { Authenticator } from '../../../worker/auth.ts'
 import { Background } from '../../../worker/background.ts'
-import type { ExchangeDeps } from '../../../worker/deps.ts'
+import { newRecord, type ExchangeDeps, type ExchangeRecord } from '../../../worker/deps.ts'
+import { relayStream, type Outcome } from '../../../worker/relay.ts'
+import { ExchangeScope } from '../../../worker/scope.ts'
 import { TurnPins } from '../../../worker/turns.ts'
 import { Upstreams } from '../../../worker/upstream.ts'
 
@@ -101,10 +109,143 @@ export function permutations<T> (items: readonly T[]): T[][] {
   return out
 }
 
+// ---- the relay rig (relayStream, worker/relay.ts) ----
+//
+// A real node:http upstream sends an event stream in two writes, cut at a given byte offset; the
+// relay reads it through undici's `request` (a real Dispatcher.ResponseData) and writes to the
+// ServerResponse of a second node:http server, whose client (undici again) collects every byte.
+// The upstream sends its second part only once the relay has taken in the first: the ledger's
+// stream gauge (sluice_stream_pending_bytes) turns non-zero when the relay reserves for the first
+// chunk, and by the next turn of the event loop its synchronous flush is done. So each run relays
+// exactly the split it names, with no timing involved.
+//
+// What the relay wrote is read off the real ServerResponse's write()/end() calls (a recording
+// wrapper around Node's own methods, which still do the writing), to see where the client's
+// bytes stood when the first part had been relayed.
+
+/** Room for any of the relay tests' streams (a chunk is reserved with the framer's copy of its partial frame). */
+export const RELAY_STORAGE = 64 * 1024
+
+/** One Chat chunk frame: a content delta (none when null) and its finish_reason. */
+export function chunk (content: string | null, finish: string | null = null): string {
+  const delta = content === null ? {} : { content }
+  return 'data: ' + JSON.stringify({ id: 'chatcmpl-u1', object: 'chat.completion.chunk', model: 'unit-model', choices: [{ index: 0, delta, finish_reason: finish }] }) + '\n\n'
+}
+export const USAGE = 'data: ' + JSON.stringify({ id: 'chatcmpl-u1', object: 'chat.completion.chunk', model: 'unit-model', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } }) + '\n\n'
+export const DONE = 'data: [DONE]\n\n'
+
+/** Where each frame starts, and the end. */
+export function boundaries (frames: readonly string[]): number[] {
+  const out = [0]
+  for (const f of frames) out.push(out[out.length - 1] + Buffer.byteLength(f))
+  return out
+}
+
+/** The failure tail (one Chat error frame) after `prefix` bytes of the client's stream. */
+export function tailOf (client: Buffer, prefix: number): { record: FailureRecord; signature: string; error: Record<string, unknown> } {
+  const text = client.subarray(prefix).toString('utf8')
+  if (!text.startsWith('data: {"error":') || !text.endsWith('\n\n') || text.indexOf('\n\n') !== text.length - 2) throw new Error(`not one error frame: ${JSON.stringify(text.slice(0, 80))}`)
+  const error = (JSON.parse(text.slice(6)) as { error: Record<string, unknown> & { sluice: { record: FailureRecord; signature: string } } }).error
+  return { record: error.sluice.record, signature: error.sluice.signature, error }
+}
+
+/** idleProblems, plus this worker's stream gauges back at 0. */
+export function idleOf (ledger: Ledger): string[] {
+  const g = ledger.gauges()
+  return [...idleProblems(ledger), ...(g.some((v) => v !== 0) ? [`gauges ${JSON.stringify(g)}`] : [])]
+}
+
+export interface RelayRun {
+  ledger: Ledger
+  route: Route
+  parts: Buffer[]
+  writes: Buffer[]
+  /** Bytes the relay had written when the first part was relayed (null: one part only). */
+  writtenAtSplit: number | null
+  deps: UnitDeps | null
+}
+
+export interface RelayResult { client: Buffer; outcome: Outcome; rec: ExchangeRecord; writtenAtSplit: number | null; run: RelayRun }
+
+export interface RelayRig {
+  /** Relays `bytes` on `route`, cut into two writes at `split` (none when 0 or the end), on a fresh ledger of `storageBytes`; `prepare` sees that ledger first. */
+  relay (route: Route, bytes: Buffer, split: number, storageBytes?: number, prepare?: (ledger: Ledger) => void): Promise<RelayResult>
+  close (): Promise<void>
+}
+
+/** Records what goes through `res.write` / `res.end` (Node's own methods do the writing). */
+function recordWrites (res: ServerResponse, into: Buffer[]): void {
+  const write = res.write.bind(res) as (chunk: Buffer) => boolean
+  const end = res.end.bind(res) as (chunk?: Buffer, cb?: () => void) => ServerResponse
+  res.write = ((c: Buffer) => { into.push(Buffer.from(c)); return write(c) }) as typeof res.write
+  res.end = ((c?: Buffer | (() => void), cb?: () => void) => {
+    if (typeof c === 'function') return end(undefined, c)
+    if (c !== undefined && c !== null) into.push(Buffer.from(c))
+    return end(c, cb)
+  }) as typeof res.end
+}
+
+/** The upstream and the gateway servers of the relay rig; the gateway's config has `limits`. Runs are one at a time. */
+export async function startRelayRig (limits: Record<string, unknown> = {}): Promise<RelayRig> {
+  let current: RelayRun | null = null
+  let done: ((r: { outcome: Outcome; rec: ExchangeRecord }) => void) | null = null
+  const written = (run: RelayRun): number => run.writes.reduce((n, b) => n + b.length, 0)
+
+  const upstream = await startServer((_req, res) => {
+    const run = current!
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+    let closed = false
+    res.once('close', () => { closed = true })
+    void (async () => {
+      for (let i = 0; i < run.parts.length; i++) {
+        res.write(run.parts[i])
+        if (i === 0 && run.parts.length > 1) {
+          // (A relay that refused the first chunk ends the exchange: the upstream is closed.)
+          while (run.ledger.gauges()[RG_PENDING_BYTES] === 0 && !closed) await turn()
+          await turn()
+          run.writtenAtSplit = written(run)
+        }
+      }
+      res.end()
+    })()
+  })
+
+  const gateway = await startServer((req, res) => {
+    const run = current!
+    const deps = unitDeps(run.ledger, unitConfig(limits))
+    run.deps = deps
+    const scope = new ExchangeScope(run.ledger, ['processing'])
+    const ac = new AbortController()
+    req.once('close', () => { if (!res.writableFinished) ac.abort() })
+    recordWrites(res, run.writes)
+    const rec = newRecord({ exchangeId: randomUUID(), runId: null, route: run.route, mode: 'blocking', provider: 'unit-chat', model: 'unit-model', stream: true })
+    void (async () => {
+      const up = await request(upstream.url + '/v1/chat/completions', { method: 'POST', body: '{}', signal: ac.signal })
+      const outcome = await relayStream({ deps, rec, route: run.route, up, res, scope, signal: ac.signal })
+      scope.settle('processing')
+      done!({ outcome, rec })
+    })()
+  })
+
+  return {
+    async relay (route, bytes, split, storageBytes = RELAY_STORAGE, prepare) {
+      const parts = split > 0 && split < bytes.length ? [bytes.subarray(0, split), bytes.subarray(split)] : [bytes]
+      const run: RelayRun = { ledger: makeLedger({ storageBytes }), route, parts, writes: [], writtenAtSplit: null, deps: null }
+      prepare?.(run.ledger)
+      current = run
+      const settled = new Promise<{ outcome: Outcome; rec: ExchangeRecord }>((resolve) => { done = resolve })
+      const res = await request(gateway.url + '/')
+      const client = Buffer.from(await res.body.arrayBuffer())
+      const { outcome, rec } = await settled
+      return { client, outcome, rec, writtenAtSplit: run.writtenAtSplit, run }
+    },
+    close: async () => { await gateway.close(); await upstream.close() },
+  }
+}
+
 // ---- self-test: run when tap executes this file directly ----
 if (isMainThread && import.meta.main) {
   const { default: t } = await import('tap')
-  const { makeLedger } = await import('../ledger/helpers.ts')
 
   t.test('turnsTaken reads the run table', async (t) => {
     const ledger = makeLedger()
@@ -138,5 +279,19 @@ if (isMainThread && import.meta.main) {
     t.equal(await (await fetch(s.url)).text(), 'ok')
     await s.close()
     t.equal(s.server.listening, false)
+  })
+
+  t.test('the relay rig relays a Chat stream cut in two, and sees where the first part ended', async (t) => {
+    const rig = await startRelayRig()
+    t.teardown(rig.close)
+    const frames = [chunk('a'), chunk(null, 'stop'), USAGE, DONE]
+    const bytes = Buffer.from(frames.join(''))
+    const bounds = boundaries(frames)
+    const r = await rig.relay('chat', bytes, bounds[1] + 3)
+    t.ok(r.client.equals(bytes), 'byte-exact')
+    t.equal(r.outcome.code, 'ok')
+    t.equal(r.writtenAtSplit, bounds[1], 'the whole frame before the cut went out with the first part')
+    t.equal(r.run.deps?.config.limits.sseFrameBytes, unitConfig().limits.sseFrameBytes)
+    t.same(idleOf(r.run.ledger), [])
   })
 }

@@ -6,26 +6,17 @@
 // The first test failed on the relay before the fix (the tail came after response.failed); so did
 // the last (a withheld closing frame got no tail).
 //
-// The rig of relay.test.ts, on the Chat, Responses and Messages routes: a real node:http upstream
-// sends the stream in two writes cut at a given byte offset (the second only once the relay
-// reserved for the first: the ledger's stream gauge turns non-zero); the relay reads it through
-// undici and writes to a second node:http server's ServerResponse, whose undici client collects
-// every byte.
+// The rig of relay.test.ts (startRelayRig, ./helpers.ts), on the Chat, Responses and Messages
+// routes: a real node:http upstream sends the stream in two writes cut at a given byte offset (the
+// second only once the relay reserved for the first: the ledger's stream gauge turns non-zero);
+// the relay reads it through undici and writes to a second node:http server's ServerResponse,
+// whose undici client collects every byte.
 
 import t from 'tap'
-import { randomUUID } from 'node:crypto'
-import { request } from 'undici'
-import { RG_PENDING_BYTES } from '../../../src/ledger/layout.ts'
-import type { Ledger } from '../../../src/ledger/ledger.ts'
 import type { Route } from '../../../src/protocols/routes.ts'
 import { verifyRecord, type FailureRecord } from '../../../src/sse/sign.ts'
-import { assertIdle, makeLedger, turn } from '../ledger/helpers.ts'
-import { newRecord, type ExchangeRecord } from '../../../worker/deps.ts'
-import { relayStream, type Outcome } from '../../../worker/relay.ts'
-import { ExchangeScope } from '../../../worker/scope.ts'
-import { PROVIDER_KEY, SIGNING_KEY, startServer, unitConfig, unitDeps, type UnitDeps } from './helpers.ts'
-
-const STORAGE = 64 * 1024
+import { assertIdle } from '../ledger/helpers.ts'
+import { PROVIDER_KEY, SIGNING_KEY, startRelayRig, type RelayResult } from './helpers.ts'
 
 const named = (event: string, data: Record<string, unknown>): string => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`
 const RESP = { id: 'resp_u1', object: 'response', created_at: 1796000000, model: 'unit-model', output: [], usage: null }
@@ -36,57 +27,11 @@ const failed = (seq: number, message: string): string => named('response.failed'
   response: { ...RESP, status: 'failed', error: { code: 'rate_limit_exceeded', message } },
 })
 
-interface Run { ledger: Ledger; route: Route; parts: Buffer[]; deps: UnitDeps | null }
-interface Result { client: Buffer; outcome: Outcome; rec: ExchangeRecord; run: Run }
+const rig = await startRelayRig()
+t.teardown(rig.close)
 
-let current: Run | null = null
-let done: ((r: { outcome: Outcome; rec: ExchangeRecord }) => void) | null = null
-
-const upstream = await startServer((_req, res) => {
-  const run = current!
-  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-  let closed = false
-  res.once('close', () => { closed = true })
-  void (async () => {
-    for (let i = 0; i < run.parts.length; i++) {
-      res.write(run.parts[i])
-      if (i === 0 && run.parts.length > 1) {
-        while (run.ledger.gauges()[RG_PENDING_BYTES] === 0 && !closed) await turn()
-        await turn()
-      }
-    }
-    res.end()
-  })()
-})
-
-const gateway = await startServer((req, res) => {
-  const run = current!
-  const deps = unitDeps(run.ledger, unitConfig())
-  run.deps = deps
-  const scope = new ExchangeScope(run.ledger, ['processing'])
-  const ac = new AbortController()
-  req.once('close', () => { if (!res.writableFinished) ac.abort() })
-  const rec = newRecord({ exchangeId: randomUUID(), runId: null, route: run.route, mode: 'blocking', provider: 'unit-chat', model: 'unit-model', stream: true })
-  void (async () => {
-    const up = await request(upstream.url + '/v1/x', { method: 'POST', body: '{}', signal: ac.signal })
-    const outcome = await relayStream({ deps, rec, route: run.route, up, res, scope, signal: ac.signal })
-    scope.settle('processing')
-    done!({ outcome, rec })
-  })()
-})
-
-t.teardown(async () => { await gateway.close(); await upstream.close() })
-
-async function relay (route: Route, bytes: Buffer, split: number): Promise<Result> {
-  const parts = split > 0 && split < bytes.length ? [bytes.subarray(0, split), bytes.subarray(split)] : [bytes]
-  const run: Run = { ledger: makeLedger({ storageBytes: STORAGE }), route, parts, deps: null }
-  current = run
-  const settled = new Promise<{ outcome: Outcome; rec: ExchangeRecord }>((resolve) => { done = resolve })
-  const res = await request(gateway.url + '/')
-  const client = Buffer.from(await res.body.arrayBuffer())
-  const { outcome, rec } = await settled
-  return { client, outcome, rec, run }
-}
+/** Relays `bytes` on `route`, cut into two writes at `split` (none when 0 or the end). */
+const relay = (route: Route, bytes: Buffer, split: number): Promise<RelayResult> => rig.relay(route, bytes, split)
 
 const terminals = (text: string): string[] => [...text.matchAll(/^event: (response\.(?:completed|incomplete|failed))$/gm)].map((m) => m[1])
 
