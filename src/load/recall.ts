@@ -53,13 +53,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { launchChild, makeQuota, noQuota, rssMb, RssSampler, stopChild, tasksetQuota, type Child, type Quota } from './os.ts'
+import { launchChild, rssMb, RssSampler, stopChild, type Child } from './os.ts'
 import { percentiles } from './receipt.ts'
 import { hashSettings } from './receipt.ts'
 import { recallSettingsOf, type RecallProfile } from './recall-profile.ts'
 import { retryReasons, slope, slopeError, type ChartPoint, type RecallReceipt, type RetryAccount, type WaveRecord } from './recall-receipt.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, TOOLS, type ClientProto, type GotCall, type GotStream, type ProviderProto, type Said, type ToolAsk, type Turn } from './recall-wire.ts'
-import { commit, cpuModel, healthProbe, live, ROOT } from './run.ts'
+import { applyQuota, commit, cpuModel, healthProbe, live, ROOT } from './run.ts'
 import { notIdle, scrape } from './scrape.ts'
 
 const BIN = join(ROOT, 'bin/sluice.ts')
@@ -161,19 +161,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
   const tag = `sluice-recall-${process.pid}-${runHex}`
 
   // quota (as model-capacity: the best the host offers, or what --quota-method says)
-  let quota: Quota
-  if (p.quota === null) quota = noQuota('no quota (not asked for)')
-  else if (opts.quotaMethod === 'none') quota = noQuota('no quota (--quota-method none)', ['cgroups and taskset not tried: --quota-method none'])
-  else if (opts.quotaMethod === 'taskset') quota = tasksetQuota(['cgroups not tried: --quota-method taskset']) ?? noQuota('no quota', ['taskset: not available'])
-  else quota = makeQuota(tag, { quotaUs: Math.round(p.quota.cpus * p.quota.periodUs), periodUs: p.quota.periodUs })
-  live.quotas.add(quota)
-  const quotaValue = p.quota === null ? 'none'
-    : quota.kind === 'taskset' ? '1 CPU (taskset -c 0)'
-      : quota.kind === 'none' ? 'none' : `${Math.round(p.quota.cpus * p.quota.periodUs)}/${p.quota.periodUs} us (${p.quota.cpus} vCPU)`
-  if (p.quota !== null && p.requireQuota) {
-    if (quota.kind === 'none') reasons.push(`no CPU quota could be applied (${quota.fallbacks.join('; ')}): this is not a ${p.name} run`)
-    else if (quota.kind === 'taskset' && p.quota.cpus < 1) reasons.push(`only taskset (a whole CPU) could be applied, not ${p.quota.cpus} vCPU: this is not a ${p.name} run`)
-  }
+  const { quota, quotaValue } = applyQuota(p, opts.quotaMethod, tag, reasons)
 
   const children: Child[] = []
   const upstreamSeen = new Map<string, number>()

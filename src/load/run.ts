@@ -198,24 +198,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
 
   // quota
   const tag = `sluice-load-${process.pid}-${randomBytes(3).toString('hex')}`
-  let quota: Quota
-  if (p.quota === null) {
-    quota = noQuota('no quota (not asked for)')
-  } else if (opts.quotaMethod === 'none') {
-    quota = noQuota('no quota (--quota-method none)', ['cgroups and taskset not tried: --quota-method none'])
-  } else if (opts.quotaMethod === 'taskset') {
-    quota = tasksetQuota(['cgroups not tried: --quota-method taskset']) ?? noQuota('no quota', ['taskset: not available'])
-  } else {
-    quota = makeQuota(tag, { quotaUs: Math.round(p.quota.cpus * p.quota.periodUs), periodUs: p.quota.periodUs })
-  }
-  live.quotas.add(quota)
-  const quotaValue = p.quota === null ? 'none'
-    : quota.kind === 'taskset' ? '1 CPU (taskset -c 0)'
-      : quota.kind === 'none' ? 'none' : `${Math.round(p.quota.cpus * p.quota.periodUs)}/${p.quota.periodUs} us (${p.quota.cpus} vCPU)`
-  if (p.quota !== null && p.requireQuota) {
-    if (quota.kind === 'none') reasons.push(`no CPU quota could be applied (${quota.fallbacks.join('; ')}): this is not a ${p.name} run`)
-    else if (quota.kind === 'taskset' && p.quota.cpus < 1) reasons.push(`only taskset (a whole CPU) could be applied, not ${p.quota.cpus} vCPU: this is not a ${p.name} run`)
-  }
+  const { quota, quotaValue } = applyQuota(p, opts.quotaMethod, tag, reasons)
 
   const children: Child[] = []
   const simSeen = new Map<string, bigint>()
@@ -541,3 +524,26 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
 class Refused extends Error {}
 
 function round1 (x: number): number { return Math.round(x * 10) / 10 }
+
+/**
+ * The CPU quota a load run puts sluice under: the best the host offers (cgroup v2, v1, then
+ * taskset), or what --quota-method says; tracked in `live` for the clean-up. A profile that
+ * requires its quota and cannot get it gets a reason in `reasons` (the run is then no
+ * qualification of that profile). Shared by model-capacity and recall-burst.
+ */
+export function applyQuota (p: { name: string; quota: { cpus: number; periodUs: number } | null; requireQuota: boolean }, quotaMethod: string | undefined, tag: string, reasons: string[]): { quota: Quota; quotaValue: string } {
+  let quota: Quota
+  if (p.quota === null) quota = noQuota('no quota (not asked for)')
+  else if (quotaMethod === 'none') quota = noQuota('no quota (--quota-method none)', ['cgroups and taskset not tried: --quota-method none'])
+  else if (quotaMethod === 'taskset') quota = tasksetQuota(['cgroups not tried: --quota-method taskset']) ?? noQuota('no quota', ['taskset: not available'])
+  else quota = makeQuota(tag, { quotaUs: Math.round(p.quota.cpus * p.quota.periodUs), periodUs: p.quota.periodUs })
+  live.quotas.add(quota)
+  const quotaValue = p.quota === null ? 'none'
+    : quota.kind === 'taskset' ? '1 CPU (taskset -c 0)'
+      : quota.kind === 'none' ? 'none' : `${Math.round(p.quota.cpus * p.quota.periodUs)}/${p.quota.periodUs} us (${p.quota.cpus} vCPU)`
+  if (p.quota !== null && p.requireQuota) {
+    if (quota.kind === 'none') reasons.push(`no CPU quota could be applied (${quota.fallbacks.join('; ')}): this is not a ${p.name} run`)
+    else if (quota.kind === 'taskset' && p.quota.cpus < 1) reasons.push(`only taskset (a whole CPU) could be applied, not ${p.quota.cpus} vCPU: this is not a ${p.name} run`)
+  }
+  return { quota, quotaValue }
+}
