@@ -49,17 +49,17 @@
 //   stream fails that the client did not cut, health guard.
 
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, writeFileSync } from 'node:fs'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
-import { launchChild, rssMb, RssSampler, stopChild, type Child } from './os.ts'
+import { launchChild, rssMb, RssSampler, type Child } from './os.ts'
 import { percentiles } from './receipt.ts'
 import { hashSettings } from './receipt.ts'
 import { recallSettingsOf, type RecallProfile } from './recall-profile.ts'
 import { retryReasons, slope, slopeError, type ChartPoint, type RecallReceipt, type RetryAccount, type WaveRecord } from './recall-receipt.ts'
 import { buildBody, checkStream, CLIENT_PATH, CLIENT_WIRE, parseStream, TOOLS, type ClientProto, type GotCall, type GotStream, type ProviderProto, type Said, type ToolAsk, type Turn } from './recall-wire.ts'
-import { applyQuota, commit, cpuModel, healthProbe, live, ROOT } from './run.ts'
+import { applyQuota, commit, cpuModel, healthProbe, live, ROOT, tearDown } from './run.ts'
 import { notIdle, scrape } from './scrape.ts'
 
 const BIN = join(ROOT, 'bin/sluice.ts')
@@ -504,17 +504,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
   } catch (e) {
     if (!(e instanceof Refused)) reasons.push(`the run broke off: ${(e as Error).message}`)
   } finally {
-    if (healthTimer !== null) clearInterval(healthTimer)
-    if (progressTimer !== null) clearInterval(progressTimer)
-    sampler?.stop()
-    await Promise.all(healthPending)
-    await agent.destroy().catch(() => {})
-    await Promise.all(children.map((c) => stopChild(c)))
-    for (let i = 0; i < 20 && !quota.remove(); i++) await sleep(100)
-    if (quota.remove()) live.quotas.delete(quota)
-    else reasons.push(`could not remove the cgroup ${quota.dir}`)
-    for (const c of children) live.children.delete(c)
-    try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+    await tearDown({ timers: [healthTimer, progressTimer], sampler, healthPending, agent, children, quota, tmp, reasons })
   }
 
   // ---- checks over the whole run ---------------------------------------------------------

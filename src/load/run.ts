@@ -418,17 +418,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
   } catch (e) {
     if (!(e instanceof Refused)) reasons.push(`the run broke off: ${(e as Error).message}`)
   } finally {
-    if (healthTimer !== null) clearInterval(healthTimer)
-    if (progressTimer !== null) clearInterval(progressTimer)
-    sampler?.stop()
-    await Promise.all(healthPending)
-    await agent.destroy().catch(() => {})
-    await Promise.all(children.map((c) => stopChild(c)))
-    for (let i = 0; i < 20 && !quota.remove(); i++) await sleep(100)
-    if (quota.remove()) live.quotas.delete(quota)
-    else reasons.push(`could not remove the cgroup ${quota.dir}`)
-    for (const c of children) live.children.delete(c)
-    try { rmSync(tmp, { recursive: true, force: true }) } catch {}
+    await tearDown({ timers: [healthTimer, progressTimer], sampler, healthPending, agent, children, quota, tmp, reasons })
   }
 
   // queue waits (send -> the provider saw it); for refusals, send -> refusal
@@ -546,4 +536,23 @@ export function applyQuota (p: { name: string; quota: { cpus: number; periodUs: 
     else if (quota.kind === 'taskset' && p.quota.cpus < 1) reasons.push(`only taskset (a whole CPU) could be applied, not ${p.quota.cpus} vCPU: this is not a ${p.name} run`)
   }
   return { quota, quotaValue }
+}
+
+/**
+ * The end of a load run, whatever happened: timers and the RSS sampler stopped, the last
+ * health probes and the client agent settled, the children stopped, the quota's cgroup
+ * removed (a reason when it cannot be), the temporary folder gone. Shared by model-capacity
+ * and recall-burst.
+ */
+export async function tearDown (r: { timers: Array<NodeJS.Timeout | null>; sampler: RssSampler | null; healthPending: Promise<void>[]; agent: Agent; children: Child[]; quota: Quota; tmp: string; reasons: string[] }): Promise<void> {
+  for (const t of r.timers) if (t !== null) clearInterval(t)
+  r.sampler?.stop()
+  await Promise.all(r.healthPending)
+  await r.agent.destroy().catch(() => {})
+  await Promise.all(r.children.map((c) => stopChild(c)))
+  for (let i = 0; i < 20 && !r.quota.remove(); i++) await sleep(100)
+  if (r.quota.remove()) live.quotas.delete(r.quota)
+  else r.reasons.push(`could not remove the cgroup ${r.quota.dir}`)
+  for (const c of r.children) live.children.delete(c)
+  try { rmSync(r.tmp, { recursive: true, force: true }) } catch {}
 }
