@@ -4,7 +4,7 @@
 // SVG chart written next to the receipt. Receipts are written by receipt.ts's writeReceipt
 // (never overwritten, failed runs kept), whose file name only needs `profile`, `start`, `passed`.
 
-import type { Hardware, Percentiles, Receipt } from './receipt.ts'
+import { diffKeys, type Hardware, type Percentiles, type Receipt } from './receipt.ts'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 
@@ -146,18 +146,6 @@ export function readRecallBaseline (dir: string, profile: string): RecallReceipt
   return r.test === 'recall-burst' ? r : null
 }
 
-function flatten (v: unknown, prefix = '', out: Record<string, string> = {}): Record<string, string> {
-  if (typeof v === 'object' && v !== null && !Array.isArray(v)) {
-    for (const [k, x] of Object.entries(v)) flatten(x, prefix ? `${prefix}.${k}` : k, out)
-  } else out[prefix] = JSON.stringify(v)
-  return out
-}
-
-function diffKeys (a: unknown, b: unknown): string[] {
-  const fa = flatten(a)
-  const fb = flatten(b)
-  return [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort().filter((k) => fa[k] !== fb[k]).map((k) => `${k}: ${fa[k] ?? 'absent'} -> ${fb[k] ?? 'absent'}`)
-}
 
 export interface RecallComparison { settingsChanged: string[]; hardwareChanged: string[]; worse: string[]; better: string[]; attribution: string; regression: boolean }
 

@@ -130,7 +130,8 @@ function flatten (v: unknown, prefix = '', out: Record<string, string> = {}): Re
   return out
 }
 
-function diffKeys (a: unknown, b: unknown): string[] {
+/** What differs between two settings or hardware records, one `key: old -> new` a line. */
+export function diffKeys (a: unknown, b: unknown): string[] {
   const fa = flatten(a)
   const fb = flatten(b)
   const keys = [...new Set([...Object.keys(fa), ...Object.keys(fb)])].sort()
