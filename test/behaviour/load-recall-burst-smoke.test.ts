@@ -9,24 +9,14 @@
 // would double the time.)
 
 import t from 'tap'
-import { spawn } from 'node:child_process'
+import { runLoad } from '../helpers/load.ts'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { RecallReceipt } from '../../src/load/recall-receipt.ts'
 
-const ROOT = new URL('../../', import.meta.url).pathname
 
-function run (args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bin/sluice.ts'), 'load', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    p.stdout.on('data', (c) => { out += c })
-    p.stderr.on('data', (c) => { out += c })
-    const timer = setTimeout(() => p.kill('SIGTERM'), 60_000)
-    p.on('exit', (code) => { clearTimeout(timer); resolve({ code, out }) })
-  })
-}
+const run = runLoad
 
 t.test('the recall-burst smoke variant passes every check and writes its receipt and chart', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-recall-smoke-'))
