@@ -11,7 +11,7 @@
 //   node native-bench/relay-frames.bench.ts [--rounds N] [--quick]
 // (also run by `npm run bench`; --quick = 60 rounds). Prints a table; exits 0.
 
-import { request } from 'node:http'
+import { fetchChunks } from './sim-chunks.ts'
 import { startSim } from '../src/sim/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import { inspectorFor, StreamTracker, type Protocol } from '../src/protocols/index.ts'
@@ -28,20 +28,6 @@ const BODIES: Record<Protocol, [string, Record<string, unknown>]> = {
   'openai-chat': ['/v1/chat/completions', { model: 'gpt-4o-mini', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: '#sim tokens=2000' }] }],
   'openai-responses': ['/v1/responses', { model: 'gpt-5.5', stream: true, input: '#sim tokens=2000' }],
   anthropic: ['/v1/messages', { model: 'claude-opus-5-5', max_tokens: 4096, stream: true, messages: [{ role: 'user', content: '#sim tokens=2000' }] }],
-}
-
-function fetchChunks (url: string, path: string, body: unknown): Promise<Buffer[]> {
-  const payload = JSON.stringify(body)
-  return new Promise((resolve, reject) => {
-    const req = request(url + path, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, res => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve(chunks))
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-    req.end(payload)
-  })
 }
 
 /** sluice's path: framer -> classify -> tracker (inspect only what the tracker asks for). */

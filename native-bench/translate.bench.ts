@@ -12,7 +12,7 @@
 //   node native-bench/translate.bench.ts [--rounds N] [--quick]
 // (also run by `npm run bench`; --quick = 60 rounds). Prints a table; exits 0.
 
-import { request } from 'node:http'
+import { fetchChunks } from './sim-chunks.ts'
 import { startSim } from '../src/sim/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import { inspectorFor, StreamTracker } from '../src/protocols/index.ts'
@@ -20,20 +20,6 @@ import { CountingBudget, type CanonicalRequest, type Protocol } from '../src/tra
 import { createStreamTranslator } from '../src/translate/stream/index.ts'
 
 interface Stream { name: string; chunks: Buffer[]; events: number; bytes: number }
-
-function fetchChunks (url: string, path: string, body: unknown): Promise<Buffer[]> {
-  const payload = JSON.stringify(body)
-  return new Promise((resolve, reject) => {
-    const req = request(url + path, { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, res => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => resolve(chunks))
-      res.on('error', reject)
-    })
-    req.on('error', reject)
-    req.end(payload)
-  })
-}
 
 /** 32 calls, their 6-byte fragments interleaved by index, then finish, usage, [DONE]. */
 function interleaved (): Buffer[] {
