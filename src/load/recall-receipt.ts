@@ -4,7 +4,7 @@
 // SVG chart written next to the receipt. Receipts are written by receipt.ts's writeReceipt
 // (never overwritten, failed runs kept), whose file name only needs `profile`, `start`, `passed`.
 
-import { diffKeys, type Hardware, type Percentiles, type Receipt } from './receipt.ts'
+import { attributed, diffKeys, type Comparison, type Hardware, type Percentiles, type Receipt } from './receipt.ts'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 
@@ -147,7 +147,8 @@ export function readRecallBaseline (dir: string, profile: string): RecallReceipt
 }
 
 
-export interface RecallComparison { settingsChanged: string[]; hardwareChanged: string[]; worse: string[]; better: string[]; attribution: string; regression: boolean }
+/** The same verdict as model-capacity's (receipt.ts Comparison). */
+export type RecallComparison = Comparison
 
 /**
  * Compares with the baseline. Outcome counts are not compared one by one: cancels race the
@@ -173,11 +174,7 @@ export function compareRecall (base: RecallReceipt, now: RecallReceipt, tol: { l
   if (now.rss.peakMb > base.rss.peakMb * tol.rssFactor) worse.push(`peak RSS ${base.rss.peakMb} -> ${now.rss.peakMb} MB`)
   else if (base.rss.peakMb > now.rss.peakMb * tol.rssFactor) better.push(`peak RSS ${base.rss.peakMb} -> ${now.rss.peakMb} MB`)
   if (base.passed && !now.passed) worse.push('the baseline passed, this run failed')
-  const s = settingsChanged.length > 0
-  const h = hardwareChanged.length > 0
-  const attribution = s && h ? 'changed settings and hardware' : s ? 'changed settings' : h ? 'changed hardware'
-    : worse.length > 0 ? 'regression' : 'neither (within tolerance)'
-  return { settingsChanged, hardwareChanged, worse, better, attribution, regression: !s && !h && worse.length > 0 }
+  return attributed(settingsChanged, hardwareChanged, worse, better)
 }
 
 const f = (x: number) => !Number.isFinite(x) || x < 0 ? 'n/a' : Math.abs(x) >= 100 ? x.toFixed(0) : x.toFixed(1)

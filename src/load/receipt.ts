@@ -166,6 +166,14 @@ export function compare (base: Receipt, now: Receipt, tol: Tolerance): Compariso
   else if (base.peakRssMb.sluice > now.peakRssMb.sluice * tol.rssFactor) better.push(`peak RSS ${base.peakRssMb.sluice} -> ${now.peakRssMb.sluice} MB`)
   if (base.passed && !now.passed) worse.push('the baseline passed, this run failed')
 
+  return attributed(settingsChanged, hardwareChanged, worse, better)
+}
+
+/**
+ * The comparison's verdict: a difference is put down to changed settings, changed hardware,
+ * both, or (neither having changed) a regression; never silently (DESIGN.md "Qualification").
+ */
+export function attributed (settingsChanged: string[], hardwareChanged: string[], worse: string[], better: string[]): Comparison {
   const s = settingsChanged.length > 0
   const h = hardwareChanged.length > 0
   const attribution = s && h ? 'changed settings and hardware' : s ? 'changed settings' : h ? 'changed hardware'
