@@ -1010,11 +1010,6 @@ export class StoreRepair {
   }
 }
 
-/** Test and repair support: whether the store's lock is held, and by which token. */
-export function storeLockHolder (sab: SharedArrayBuffer): number {
-  return Atomics.load(new Int32Array(sab, 0, HEADER_FIELDS), H_LOCK)
-}
-
 
 /**
  * Test support, on a quiescent store: recomputes every derived cell from the records and the

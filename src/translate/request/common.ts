@@ -88,14 +88,6 @@ export function encodeTools (req: CanonicalRequest, encode: (t: ToolDef, req: Ca
   return tools
 }
 
-export function refuseField (field: string, why: string): never {
-  throw invalid(field, why)
-}
-
-export function protocolName (p: Protocol): string {
-  return p === 'openai-chat' ? 'Chat Completions' : p === 'openai-responses' ? 'Responses' : 'Anthropic Messages'
-}
-
 // ─── images ─────────────────────────────────────────────────────────────────────────────
 
 const DATA_URL = /^data:([a-zA-Z0-9.+/-]+);base64,(.*)$/s

@@ -40,8 +40,3 @@ export function mapHosted (tool: ToolDef, client: Protocol, target: Protocol): J
   }
   return null
 }
-
-/** How a dropped hosted tool is reported (`droppedTools`, the header, the log line). */
-export function hostedLabel (tool: ToolDef): string {
-  return tool.name
-}

@@ -9,8 +9,7 @@
 // A call whose arguments are not valid JSON, a `length` stop with calls pending, or an end
 // without `finish_reason` + `[DONE]` is an `error`, never a completed call.
 
-import type { CanonicalRequest } from '../canonical.ts'
-import { Emitter, Held, toolLookup, type DecoderOptions, type ToolLookup } from './emit.ts'
+import { Emitter, Held, type DecoderOptions } from './emit.ts'
 import { chatStop, chatUsage, isObj, providerFailure } from './common.ts'
 
 interface PendingCall { id: string; name: string; args: Held; order: number }
@@ -185,8 +184,4 @@ export function chatFromJson (answer: unknown, o: DecoderOptions): void {
   const chunk: Record<string, unknown> = { id: answer.id, model: answer.model, created: answer.created, choices: [{ index: 0, delta: { reasoning_content: m.reasoning_content ?? m.reasoning, content, refusal: m.refusal, tool_calls: Array.isArray(m.tool_calls) ? m.tool_calls.map((t, i) => isObj(t) ? { ...t, index: i } : t) : undefined }, finish_reason: choice.finish_reason }], usage: answer.usage }
   d.frame(null, chunk)
   d.frame(null, '[DONE]')
-}
-
-export function chatDecoder (request: CanonicalRequest, o: Omit<DecoderOptions, 'lookup'> & { lookup?: ToolLookup }): ChatDecoder {
-  return new ChatDecoder({ ...o, lookup: o.lookup ?? toolLookup(request.tools) })
 }

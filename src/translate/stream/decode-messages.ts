@@ -10,9 +10,9 @@
 // the call fails instead of ending. message_stop without a stop_reason is an error (the
 // terminal is incomplete), as is the same answer as JSON.
 
-import type { CanonicalRequest, Usage } from '../canonical.ts'
+import type { Usage } from '../canonical.ts'
 import { anthropicThinkingOpaque } from '../reasoning.ts'
-import { Emitter, Held, toolLookup, type DecoderOptions, type ToolLookup } from './emit.ts'
+import { Emitter, Held, type DecoderOptions } from './emit.ts'
 import { isObj, messagesStop, messagesUsage, providerFailure } from './common.ts'
 
 type Block = 'text' | 'thinking' | 'redacted' | 'tool' | 'skip'
@@ -220,8 +220,4 @@ export function messagesFromJson (answer: unknown, o: DecoderOptions): void {
   }
   d.frame('message_delta', { type: 'message_delta', delta: { stop_reason: answer.stop_reason }, usage: {} })
   d.frame('message_stop', { type: 'message_stop' })
-}
-
-export function messagesDecoder (request: CanonicalRequest, o: Omit<DecoderOptions, 'lookup'> & { lookup?: ToolLookup }): MessagesDecoder {
-  return new MessagesDecoder({ ...o, lookup: o.lookup ?? toolLookup(request.tools) })
 }

@@ -12,9 +12,9 @@
 // `error` -> `error`. A call item the provider marks `status: "incomplete"` is an error too.
 // A refusal (`refusal.delta`, a refusal content part) makes the stop `refusal`.
 
-import type { CanonicalRequest, ToolKind } from '../canonical.ts'
+import type { ToolKind } from '../canonical.ts'
 import { openaiReasoningOpaque } from '../reasoning.ts'
-import { Emitter, toolLookup, type DecoderOptions, type ToolLookup } from './emit.ts'
+import { Emitter, type DecoderOptions } from './emit.ts'
 import { isObj, providerFailure, responsesUsage } from './common.ts'
 
 type Current = 'message' | 'reasoning' | 'call' | 'skip'
@@ -204,8 +204,4 @@ export function responsesFromJson (answer: unknown, o: DecoderOptions): void {
   }
   const terminal = `response.${answer.status}`
   d.frame(terminal, { type: terminal, response: { ...head, usage: answer.usage, incomplete_details: answer.incomplete_details } })
-}
-
-export function responsesDecoder (request: CanonicalRequest, o: Omit<DecoderOptions, 'lookup'> & { lookup?: ToolLookup }): ResponsesDecoder {
-  return new ResponsesDecoder({ ...o, lookup: o.lookup ?? toolLookup(request.tools) })
 }
