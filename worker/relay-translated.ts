@@ -27,6 +27,7 @@ import { drained, endResponse, type Outcome } from './relay.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
+import { eachChunk } from '../src/net/chunks.ts'
 
 const GAUGE = { tool_arguments: RG_TOOL_ARGUMENT_BYTES, item: RG_TRANSLATE_ITEM_BYTES, output: RG_TRANSLATE_OUTPUT_BYTES } as const
 
@@ -157,7 +158,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
   }
   try {
     try {
-      for await (const data of up.body) {
+      for await (const data of eachChunk(up.body)) {
         frames.length = 0
         framer.push(data as Buffer)
         scope.setFloating(framer.bufferedBytes, res.writableLength)

@@ -3,7 +3,7 @@
 // Streaming: each upstream chunk is pushed through the SSE framer (which only observes), its
 // frames classified from bytes; the few that can carry a terminal, usage or an error are
 // parsed under the parse permit; then the chunk is written to the client unchanged. The
-// upstream is read only as fast as the client drains (`for await` + 'drain'), so a slow
+// upstream is read only as fast as the client drains (eachChunk + 'drain'), so a slow
 // client holds at most one chunk plus the socket buffers. The first fatal (malformed or
 // oversize frame, provider error event, transport failure, no terminal, budget) ends the
 // stream with a signed failure tail in the client protocol's own error event, then a clean
@@ -29,6 +29,7 @@ import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { responseHeaders, transportError } from './upstream.ts'
+import { eachChunk } from '../src/net/chunks.ts'
 
 export interface Outcome { code: ErrorCode | 'ok' }
 
@@ -61,15 +62,27 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const { deps, rec, up, res, scope, signal } = ctx
   const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
   const tracker = new StreamTracker(inspector)
-  // What the chunk being pushed completed, in stream order, processed right after push():
-  // frames (views into it) and oversize frames (null, with their size), each with where it
-  // begins. An oversize frame is judged in its place, after the frames before it.
-  const frames: Array<Buffer | null> = []
+  // What the chunk being pushed completed, in stream order, processed right after push(): the
+  // first `count` slots of these arrays, reused from chunk to chunk (their capacity stays, so
+  // nothing is allocated per frame). Frame i is frameBuf[i][frameStart[i], frameEnd[i]) — in
+  // the chunk itself, or in the framer's copy of a frame that spanned chunks — or, when
+  // frameBuf[i] is null, an oversize frame of oversizeBytes[i] bytes; starts[i] is where it
+  // begins in the chunk. An oversize frame is judged in its place, after the frames before it.
+  // The slots are cleared after each chunk, so no earlier chunk is kept reachable from them.
+  const frameBuf: Array<Buffer | null> = []
+  const frameStart: number[] = []
+  const frameEnd: number[] = []
   const starts: number[] = []
   const oversizeBytes: number[] = []
+  let count = 0
   const framer = new SseFramer({
-    onFrame: (frame, at) => { frames.push(frame); starts.push(at); oversizeBytes.push(0) },
-    onOversize: (bytes, at) => { frames.push(null); starts.push(at); oversizeBytes.push(bytes) },
+    onFrame: () => { throw new Error('unreachable: onFrameAt is given') },
+    onFrameAt: (buf, start, end, at) => {
+      frameBuf[count] = buf; frameStart[count] = start; frameEnd[count] = end; starts[count] = at; oversizeBytes[count] = 0; count++
+    },
+    onOversize: (bytes, at) => {
+      frameBuf[count] = null; frameStart[count] = 0; frameEnd[count] = 0; starts[count] = at; oversizeBytes[count] = bytes; count++
+    },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
 
   res.writeHead(up.statusCode, { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': String(rec.exchangeId) })
@@ -107,11 +120,9 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   }
 
   try {
-    for await (const data of up.body) {
+    for await (const data of eachChunk(up.body)) {
       const chunk = data as Buffer
-      frames.length = 0
-      starts.length = 0
-      oversizeBytes.length = 0
+      count = 0
       framer.push(chunk)
       const before = pendingBytes
       // In pending + chunk coordinates: everything up to the partial frame may go out.
@@ -127,11 +138,11 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
         tracker.fail(code === 'storage_request_too_large' ? 'storage_budget_exhausted' : code, 'the stream needed more bytes than the storage budget had')
         cut = 0
       }
-      for (let i = 0; i < frames.length && cut > 0; i++) {
+      for (let i = 0; i < count && cut > 0; i++) {
         const wasFailed = failureOf(tracker) !== null
         const wasClosed = tracker.closed
-        const frame = frames[i]
-        if (frame === null) {
+        const buf = frameBuf[i]
+        if (buf === null) {
           // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
           tracker.oversize(oversizeBytes[i])
           if (!wasFailed) {
@@ -140,7 +151,10 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
           }
           break
         }
-        if (tracker.frame(frame, inspector.classify(frame))) {
+        const fs = frameStart[i]
+        const fe = frameEnd[i]
+        if (tracker.frameAt(buf, fs, fe, inspector.classifyAt(buf, fs, fe))) {
+          const frame = buf.subarray(fs, fe)
           await scope.underParse(signal, () => {
             try {
               tracker.apply(inspector.inspect(frame))
@@ -157,16 +171,17 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
           // unless it quotes a configured provider key: then only the (scrubbed) tail does.
           // Either way nothing after it does, even when this chunk carries more: cut where
           // the next frame begins (the rest of the chunk is the held-back partial frame).
-          if (!now.inBand || deps.router.scrubber.carriesSecret(frame)) cut = Math.max(0, before + starts[i])
+          if (!now.inBand || deps.router.scrubber.carriesSecret(buf.subarray(fs, fe))) cut = Math.max(0, before + starts[i])
           else {
             admitted++
             inBandRelayed = true
-            if (i + 1 < frames.length) cut = before + starts[i + 1]
+            if (i + 1 < count) cut = before + starts[i + 1]
           }
           break
         }
         if (now === null) admitted++
       }
+      frameBuf.fill(null, 0, count)
       const failed = failureOf(tracker)
       framesOut += admitted
       // The caller is about to see the stream's terminal event: its session may go on now.
@@ -269,7 +284,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   try {
     const held = new HeldAnswer(scope, cap, declared)
     try {
-      for await (const data of up.body) held.push(data as Buffer)
+      for await (const data of eachChunk(up.body)) held.push(data as Buffer)
     } catch (err) {
       throw err instanceof SluiceError ? err : signal.aborted ? abortCause(signal) : transportError(err, signal)
     }

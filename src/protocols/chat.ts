@@ -32,7 +32,7 @@
 // known to send that; OpenAI sends usage in its own `choices:[]` chunk).
 
 import type { FailureRecord } from '../sse/sign.ts'
-import { readFrame, shape, shapeOf } from '../sse/fields.ts'
+import { readFrame, shape, shapeAt, shapeOf } from '../sse/fields.ts'
 import {
   ascii, asBuffer, endsWith, errorFacts, findKeyValue, isDone, isObjectShaped, isObjectStart, isRecord, notNull, num,
   parseObject, parsePayload, payloadOf, singleLine, str, trim, trimmed, usageReaders,
@@ -59,17 +59,17 @@ const KEY_FINISH = ascii('"finish_reason"')
 const KEY_USAGE = ascii('"usage"')
 const KEY_ERROR = ascii('"error"')
 
-function quietTail (f: Buffer, end: number): boolean {
-  // `end` is the index of the root object's closing brace.
+function quietTail (f: Buffer, start: number, end: number): boolean {
+  // `end` is the index of the root object's closing brace; the payload begins at `start`.
   let q = end
   if (f[q - 1] === QUOTE) {
     // maybe `,"obfuscation":"<random>"` last
     const comma = f.lastIndexOf(COMMA, q - 1)
-    if (comma === -1) return false
+    if (comma < start) return false
     for (let k = 0; k < OBFUSCATION.length; k++) if (f[comma + k] !== OBFUSCATION[k]) return false
     q = comma
   }
-  for (let t = 0; t < TAILS.length; t++) if (endsWith(f, q, TAILS[t])) return true
+  for (let t = 0; t < TAILS.length; t++) if (endsWith(f, q, TAILS[t], start)) return true
   return false
 }
 
@@ -94,12 +94,24 @@ function classifyGeneral (f: Buffer): FrameClass {
 
 export function classify (frame: Uint8Array): FrameClass {
   const f = asBuffer(frame)
-  if (!shapeOf(f) || shape.nameStart !== -1) return classifyGeneral(f)
+  return classifyAt(f, 0, f.length)
+}
+
+/**
+ * classify() of the frame f[start, end) (f: a chunk holding it among others). Only the fast
+ * path reads f in place, with every read bounded by the frame; anything slower runs on a view
+ * of the frame (a search in f itself could run on into the frames after it).
+ */
+export function classifyAt (f: Buffer, start: number, end: number): FrameClass {
+  if (shapeAt(f, start, end) && shape.nameStart === -1) {
+    const p = shape.payloadStart
+    if (p < end && f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE && quietTail(f, p, end - 1)) return 'pass'
+  }
+  const frame = start === 0 && end === f.length ? f : f.subarray(start, end)
+  if (!shapeOf(frame) || shape.nameStart !== -1) return classifyGeneral(frame)
   const p = shape.payloadStart
-  const end = f.length
-  if (f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE && quietTail(f, end - 1)) return 'pass'
-  if (singleLine(f, p, end)) return classifyPayload(f, p, end)
-  return classifyGeneral(f)
+  if (singleLine(frame, p, frame.length)) return classifyPayload(frame, p, frame.length)
+  return classifyGeneral(frame)
 }
 
 function usageOf (u: unknown): Usage | undefined {
@@ -159,6 +171,7 @@ export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 export const chat: ProtocolInspector = {
   protocol: 'openai-chat',
   classify,
+  classifyAt,
   inspect,
   failureTail,
   extractUsage,

@@ -21,7 +21,7 @@ import type { FrameFacts, ProtocolInspector, TailContext, Usage } from './types.
 
 export const INSPECT_EVENTS = ['message_start', 'message_delta', 'message_stop', 'error'] as const
 
-export const classify = namedClassifier(INSPECT_EVENTS)
+export const { classify, classifyAt } = namedClassifier(INSPECT_EVENTS)
 
 function usageOf (u: unknown): Usage | undefined {
   if (!isRecord(u)) return undefined
@@ -82,6 +82,7 @@ export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 export const messages: ProtocolInspector = {
   protocol: 'anthropic',
   classify,
+  classifyAt,
   inspect,
   failureTail,
   extractUsage,

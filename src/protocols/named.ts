@@ -16,7 +16,7 @@
 // invalid UTF-8), or an event line that disagrees with the payload's `type` (the event line
 // is trusted). Unknown event names are pass: new provider events flow through untouched.
 
-import { readFrame, shape, shapeOf } from '../sse/fields.ts'
+import { readFrame, shape, shapeAt } from '../sse/fields.ts'
 import { ascii, asBuffer, isDone, isObjectShaped, leadingType, nameIn, parseObject, payloadOf, str, trim, trimmed, typeName } from './bytes.ts'
 import type { FrameClass } from './types.ts'
 
@@ -37,7 +37,13 @@ export function namedPayload (frame: Uint8Array): { obj: Record<string, unknown>
 const OPEN_BRACE = 123
 const CLOSE_BRACE = 125
 
-export function namedClassifier (inspectNames: readonly string[]): (frame: Uint8Array) => FrameClass {
+export interface NamedClassifier {
+  classify: (frame: Uint8Array) => FrameClass
+  /** classify() of f[start, end), f a chunk holding the frame among others. */
+  classifyAt: (f: Buffer, start: number, end: number) => FrameClass
+}
+
+export function namedClassifier (inspectNames: readonly string[]): NamedClassifier {
   const names = inspectNames.map(ascii)
   const nameSet = new Set(inspectNames)
 
@@ -52,17 +58,23 @@ export function namedClassifier (inspectNames: readonly string[]): (frame: Uint8
     return 'inspect'
   }
 
-  return (frame: Uint8Array): FrameClass => {
-    const f = asBuffer(frame)
-    if (shapeOf(f)) {
+  // Every read of the fast path is bounded by the frame's end; the general parser gets a view.
+  const classifyAt = (f: Buffer, start: number, end: number): FrameClass => {
+    if (shapeAt(f, start, end)) {
       const p = shape.payloadStart
-      const end = f.length
-      if (f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE) {
+      if (p < end && f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE) {
         if (shape.nameStart !== -1) return nameIn(f, shape.nameStart, shape.nameEnd, names) ? 'inspect' : 'pass'
         if (leadingType(f, p, end)) return nameIn(f, typeName.start, typeName.end, names) ? 'inspect' : 'pass'
         return 'inspect'
       }
     }
-    return general(f)
+    return general(start === 0 && end === f.length ? f : f.subarray(start, end))
+  }
+  return {
+    classify: (frame: Uint8Array): FrameClass => {
+      const f = asBuffer(frame)
+      return classifyAt(f, 0, f.length)
+    },
+    classifyAt,
   }
 }

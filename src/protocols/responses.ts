@@ -10,7 +10,7 @@
 // (`{"type":"<name>","sequence_number":N`), so a failure tail can continue the numbering.
 
 import type { FailureRecord } from '../sse/sign.ts'
-import { shape, shapeOf } from '../sse/fields.ts'
+import { shape, shapeAt } from '../sse/fields.ts'
 import {
   asBuffer, errorFacts, isRecord, leadingType, num, readUint, str, typeName, usageReaders,
 } from './bytes.ts'
@@ -20,7 +20,7 @@ import type { FrameFacts, ProtocolInspector, TailContext, Usage } from './types.
 
 export const INSPECT_EVENTS = ['response.created', 'response.completed', 'response.failed', 'response.incomplete', 'error'] as const
 
-export const classify = namedClassifier(INSPECT_EVENTS)
+export const { classify, classifyAt } = namedClassifier(INSPECT_EVENTS)
 
 const QUOTE = 34
 const TYPE_HEAD_LEN = '{"type":"'.length
@@ -28,9 +28,13 @@ const SEQ_LEN = '","sequence_number":'.length
 
 export function peekSequenceNumber (frame: Uint8Array): number {
   const f = asBuffer(frame)
-  if (shape.frame !== f && !shapeOf(f)) return -1
+  return peekSequenceNumberAt(f, 0, f.length)
+}
+
+/** peekSequenceNumber() of the frame f[start, end) (reusing shapeAt's offsets when they are its). */
+export function peekSequenceNumberAt (f: Buffer, start: number, end: number): number {
+  if ((shape.frame !== f || shape.start !== start || shape.end !== end) && !shapeAt(f, start, end)) return -1
   const p = shape.payloadStart
-  const end = f.length
   let q: number
   if (shape.nameStart !== -1) {
     q = p + TYPE_HEAD_LEN + (shape.nameEnd - shape.nameStart)
@@ -149,9 +153,11 @@ export const { usageFromJson, extractUsage } = usageReaders(usageOf)
 export const responses: ProtocolInspector = {
   protocol: 'openai-responses',
   classify,
+  classifyAt,
   inspect,
   failureTail,
   extractUsage,
   usageFromJson,
   peekSequenceNumber,
+  peekSequenceNumberAt,
 }

@@ -102,6 +102,12 @@ export class StreamTracker {
    * parse permit) and pass the facts to apply().
    */
   frame (frame: Uint8Array, cls: FrameClass): boolean {
+    const f = Buffer.isBuffer(frame) ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength)
+    return this.frameAt(f, 0, f.length, cls)
+  }
+
+  /** frame() for the frame f[start, end) (f: the chunk that holds it among others). */
+  frameAt (f: Buffer, start: number, end: number, cls: FrameClass): boolean {
     const index = this.#seen++
     if (this.#closed) this.#afterTerminal++
     if (this.#failure !== null) return false
@@ -110,15 +116,16 @@ export class StreamTracker {
       return false
     }
     this.#admitted++
-    this.#bytes += frame.length
-    const peek = this.inspector.peekSequenceNumber
+    const bytes = end - start
+    this.#bytes += bytes
+    const peek = this.inspector.peekSequenceNumberAt
     if (peek !== undefined) {
-      const seq = peek(frame)
+      const seq = peek(f, start, end)
       if (seq > this.#lastSeq) this.#lastSeq = seq
     }
     if (cls !== 'inspect' || this.#closed) return false
     this.#inspecting = index
-    this.#inspectingBytes = frame.length
+    this.#inspectingBytes = bytes
     return true
   }
 

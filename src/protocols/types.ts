@@ -74,6 +74,11 @@ export interface ProtocolInspector {
   /** Byte checks only; never decodes. */
   classify(frame: Uint8Array): FrameClass
   /**
+   * classify() of the frame f[start, end), where f is the chunk that holds it among others
+   * (the relay's per-frame path: no view is made of a frame that passes).
+   */
+  classifyAt(f: Buffer, start: number, end: number): FrameClass
+  /**
    * Parses the data payload of a frame classify() called 'inspect' and reads its fields. Run
    * it under the parse permit. Throws SluiceError `provider_protocol_error` when the payload
    * is not JSON.
@@ -90,4 +95,6 @@ export interface ProtocolInspector {
    * -1 when the frame is not laid out as `{"type":"<name>","sequence_number":N`.
    */
   peekSequenceNumber?(frame: Uint8Array): number
+  /** peekSequenceNumber() of the frame f[start, end). */
+  peekSequenceNumberAt?(f: Buffer, start: number, end: number): number
 }

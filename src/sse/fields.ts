@@ -14,10 +14,13 @@ const CR = 13
 const SPACE = 32
 const COLON = 58
 
-/** Offsets found by shapeOf(); valid until the next call. */
+/** Offsets found by shapeOf() / shapeAt(); valid until the next call. */
 export const shape = {
-  /** The frame these offsets belong to (null after a failed call). */
+  /** The buffer these offsets belong to (null after a failed call). */
   frame: null as Buffer | null,
+  /** The frame is frame[start, end). */
+  start: 0,
+  end: 0,
   /** [nameStart, nameEnd) is the `event:` value; both -1 when there is no event line. */
   nameStart: -1,
   nameEnd: -1,
@@ -30,9 +33,9 @@ function isData (f: Uint8Array, p: number): boolean {
   return f[p] === 100 && f[p + 1] === 97 && f[p + 2] === 116 && f[p + 3] === 97 && f[p + 4] === COLON
 }
 
-function isEvent (f: Uint8Array): boolean {
+function isEvent (f: Uint8Array, p: number): boolean {
   // "event:"
-  return f[0] === 101 && f[1] === 118 && f[2] === 101 && f[3] === 110 && f[4] === 116 && f[5] === COLON
+  return f[p] === 101 && f[p + 1] === 118 && f[p + 2] === 101 && f[p + 3] === 110 && f[p + 4] === 116 && f[p + 5] === COLON
 }
 
 /**
@@ -42,29 +45,36 @@ function isEvent (f: Uint8Array): boolean {
  * frame must use readFrame).
  */
 export function shapeOf (f: Buffer): boolean {
-  const n = f.length
+  return shapeAt(f, 0, f.length)
+}
+
+/** shapeOf() for the frame f[start, end) (offsets in `shape` are offsets into f). */
+export function shapeAt (f: Buffer, start: number, end: number): boolean {
+  const n = end - start
   let p: number
   shape.frame = null
-  if (n >= 5 && isData(f, 0)) {
+  if (n >= 5 && isData(f, start)) {
     shape.nameStart = -1
     shape.nameEnd = -1
-    p = 5
-  } else if (n >= 6 && isEvent(f)) {
-    let ns = 6
+    p = start + 5
+  } else if (n >= 6 && isEvent(f, start)) {
+    let ns = start + 6
     if (f[ns] === SPACE) ns++
     const lf = f.indexOf(LF, ns)
-    if (lf === -1) return false
+    if (lf === -1 || lf >= end) return false
     let ne = lf
     if (ne > ns && f[ne - 1] === CR) ne--
     const ds = lf + 1
-    if (n < ds + 5 || !isData(f, ds)) return false
+    if (end < ds + 5 || !isData(f, ds)) return false
     shape.nameStart = ns
     shape.nameEnd = ne
     p = ds + 5
   } else return false
-  if (f[p] === SPACE) p++
+  if (p < end && f[p] === SPACE) p++
   shape.payloadStart = p
   shape.frame = f
+  shape.start = start
+  shape.end = end
   return true
 }
 

@@ -29,13 +29,15 @@ const sseish = fc.array(fc.oneof(
 interface FramerRun { events: RefEvent[]; trailing: Buffer | null; problems: string[] }
 
 /** Feeds `bytes` in chunks of `lengths` and checks each push against the reference. */
-function runFramer (bytes: Buffer, lengths: number[], max: number): FramerRun {
+function runFramer (bytes: Buffer, lengths: number[], max: number, offsets = false): FramerRun {
   const ref = refFrames(bytes, max)
   const events: RefEvent[] = []
   const problems: string[] = []
   let offset = 0
   const framer = new SseFramer({
     onFrame: (frame, at) => { events.push({ kind: 'frame', bytes: Buffer.from(frame), start: offset + at }) },
+    // The relay's way (offsets into the chunk, or into a copy of a frame that spanned chunks).
+    onFrameAt: offsets ? (buf, start, end, at) => { events.push({ kind: 'frame', bytes: Buffer.from(buf.subarray(start, end)), start: offset + at }) } : undefined,
     onOversize: (_bytes, at) => { events.push({ kind: 'oversize', start: offset + at }) },
   }, { maxFrameBytes: max })
   for (const chunk of chunksOf(bytes, lengths)) {
@@ -62,10 +64,10 @@ t.test('the framer reads any bytes, split anywhere, exactly as the reference doe
     fc.constantFrom(...PROTOCOLS).chain((p) => streamCase(p, { maxFrame: MAX_FRAME })).map((c) => [c.bytes, c.chunks, MAX_FRAME] as [Buffer, number[], number]),
   )
   let ran = 0
-  fc.assert(fc.property(input, ([bytes, lengths, max]) => {
+  fc.assert(fc.property(input, fc.boolean(), ([bytes, lengths, max], offsets) => {
     ran++
     const ref = refFrames(bytes, max)
-    const got = runFramer(bytes, lengths, max)
+    const got = runFramer(bytes, lengths, max, offsets)
     if (got.problems.length > 0) throw new Error(got.problems.join('; '))
     const want = comparable(ref.events)
     const have = comparable(got.events)
@@ -112,6 +114,79 @@ function track (c: StreamCase, lengths: number[]): { verdict: StreamVerdict; thr
   for (const chunk of chunksOf(c.bytes, lengths)) framer.push(chunk)
   return { verdict: tracker.end({ trailingBytes: framer.end()?.length ?? 0 }), thrown }
 }
+
+/**
+ * The relay's per-frame path: each frame judged in place, as offsets into the chunk that
+ * holds it (onFrameAt, classifyAt, frameAt), beside the view path (onFrame, classify, frame)
+ * on the same split. Returns what each path saw, frame by frame.
+ */
+function inPlaceAgainstViews (c: StreamCase, lengths: number[]): { views: string[]; inPlace: string[] } {
+  const inspector = inspectorFor(c.protocol)
+  const views: string[] = []
+  const inPlace: string[] = []
+  const viewTracker = new StreamTracker(inspector)
+  const placeTracker = new StreamTracker(inspector)
+  const seen = (tr: StreamTracker, cls: string, wants: boolean) => `${cls} ${wants} ${tr.end({ trailingBytes: 0 }).framesSeen}`
+  const a = new SseFramer({
+    onFrame: (frame) => { const cls = inspector.classify(frame); views.push(seen(viewTracker, cls, viewTracker.frame(frame, cls)) + ' ' + (inspector.peekSequenceNumber?.(frame) ?? '')) },
+  }, { maxFrameBytes: MAX_FRAME })
+  const b = new SseFramer({
+    onFrame: () => { throw new Error('onFrameAt is given') },
+    onFrameAt: (buf, start, end) => {
+      const cls = inspector.classifyAt(buf, start, end)
+      inPlace.push(seen(placeTracker, cls, placeTracker.frameAt(buf, start, end, cls)) + ' ' + (inspector.peekSequenceNumberAt?.(buf, start, end) ?? ''))
+    },
+  }, { maxFrameBytes: MAX_FRAME })
+  for (const chunk of chunksOf(c.bytes, lengths)) { a.push(chunk); b.push(chunk) }
+  return { views, inPlace }
+}
+
+t.test('judged in place inside its chunk, every frame gets what its own view gets', async (t) => {
+  let frames = 0
+  for (const protocol of PROTOCOLS) {
+    fc.assert(fc.property(streamCase(protocol, { maxFrame: MAX_FRAME }), (c) => {
+      const got = inPlaceAgainstViews(c, c.chunks)
+      frames += got.views.length
+      if (JSON.stringify(got.views) !== JSON.stringify(got.inPlace)) throw new Error(`in place:\n${got.inPlace.join('\n')}\nviews:\n${got.views.join('\n')}`)
+    }), fuzzParams(300))
+  }
+  t.ok(frames > 0, `${frames} frames compared`)
+})
+
+// Pieces of the byte patterns the classifiers look for, to build frames and the bytes around
+// them: a classifier reading past its frame's bounds would see the neighbours.
+const PIECES = ['data: ', 'event: ', 'data: {', '}', '{"type":"', '"', 'response.created', 'response.output_text.delta',
+  'message_start', 'content_block_delta', '","sequence_number":', '7', '12', ',"obfuscation":"', '"finish_reason":null}]',
+  '"finish_reason":"stop"}]', ',"usage":null', '"usage":{', '"error":', 'null', '[DONE]', '\n', '\r\n', ' ', ',', '{"choices":[{']
+const pieceText = fc.array(fc.constantFrom(...PIECES), { maxLength: 12 }).map((a) => a.join(''))
+// Frames shaped like the fast paths' (a data or event + data frame around an object), and
+// neighbours that end the way a quiet Chat chunk ends.
+const frameText = fc.oneof(
+  pieceText,
+  fc.tuple(fc.constantFrom('data: {', 'data:{', 'event: response.created\ndata: {', 'event: ping\ndata: {', 'data: {"type":"'), pieceText).map(([h, b]) => h + b + '}'),
+)
+const around = fc.oneof(pieceText, pieceText.map((p) => p + '"finish_reason":null}],"obfuscation":"'))
+
+t.test('classifyAt and peekSequenceNumberAt read only their frame, whatever surrounds it', async (t) => {
+  let ran = 0
+  fc.assert(fc.property(around, frameText, around, fc.constantFrom(...PROTOCOLS), (before, frameText, after, protocol) => {
+    const frame = Buffer.from(frameText, 'latin1')
+    const chunk = Buffer.from(before + frameText + after, 'latin1')
+    const start = before.length
+    const end = start + frame.length
+    const inspector = inspectorFor(protocol)
+    ran++
+    const want = inspector.classify(Buffer.from(frame))
+    const got = inspector.classifyAt(chunk, start, end)
+    if (want !== got) throw new Error(`${protocol}: ${JSON.stringify(frameText)} is ${want} alone, ${got} between ${JSON.stringify(before)} and ${JSON.stringify(after)}`)
+    if (inspector.peekSequenceNumber !== undefined) {
+      const ws = inspector.peekSequenceNumber(Buffer.from(frame))
+      const gs = inspector.peekSequenceNumberAt!(chunk, start, end)
+      if (ws !== gs) throw new Error(`sequence number ${ws} alone, ${gs} in place`)
+    }
+  }), fuzzParams(3000))
+  t.equal(ran, numRuns(3000), 'every frame agreed with its view')
+})
 
 const TERMINAL_OF: Record<string, 'completed' | 'incomplete'> = { stop: 'completed', length: 'incomplete' }
 
