@@ -83,6 +83,15 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   }
 })
 
+t.test('compiled, `sluice load` finds its profiles in ops/ (the repository root, not dist/)', async (t) => {
+  const { entry } = buildDist()
+  for (const [command, said] of [['model-capacity', /no profile "nope" \(have: half-vcpu, one-vcpu\)/], ['recall-burst', /no recall-burst profile "nope" \(have: half-vcpu, one-vcpu\)/]] as const) {
+    const r = spawnSync(NODE, [NO_TS, entry, 'load', command, '--profile', 'nope'], { encoding: 'utf8', timeout: 30_000 })
+    t.equal(r.status, 2, `${command}: exit 2`)
+    t.match(r.stderr, said, `${command}: the profiles listed`)
+  }
+})
+
 t.test('the compiled gateway, no type stripping anywhere: every protocol, the sim thread, the parser pool, idle after', async (t) => {
   const { entry } = buildDist()
   const gw = await startGateway({ ...demoConfig(), workers: 1 }, { bin: entry, nodeArgs: [NO_TS] })
