@@ -12,8 +12,9 @@
 // find-my-way..., undici, pino), the primary zod and pino. One minified file per thread costs
 // less: figures in docs/benchmarks.md ("Bundled build").
 //
-// Layout: the entries keep the paths the tsc build gave them, so src/modules.ts's moduleUrl()
-// (the `.js` sibling of a `.ts` entry) and every start command stay as they were:
+// Layout: each entry sits where compiling one file per source would put it (its path, `.js`),
+// so src/modules.ts's moduleUrl() (the `.js` sibling of a `.ts` entry) and every start
+// command find it:
 //   dist/bin/sluice.js          the process                 dist/primary/main.js   import()ed by it
 //   dist/worker/boot.js         an HTTP worker thread       dist/worker/main.js    import()ed by it
 //   dist/primary/sim-thread.js  the embedded sim's thread   dist/src/json/task.js  a parser thread
@@ -38,28 +39,30 @@
 //   @opentelemetry  import()ed only when OTEL_* configures tracing: nothing of it at idle, and
 //                   the exporters' protobuf code is not worth the risk of bundling.
 //   gpt-tokenizer   required lazily (createRequire) by src/translate/request/count-tokens.ts
-//                   on the first count; esbuild does not follow a createRequire'd require, so
-//                   its encoder tables (~2 MB of source) are never loaded at idle.
+//                   on the first count: its encoder tables (~2 MB of source) are never loaded
+//                   at idle, and bundled they would be text in every heap that has the code.
+//   undici's WebAssembly HTTP parsers (LAZY_UNDICI below), required lazily by undici itself.
 // src/net/pool.ts requires undici's Pool by path through createRequire (see there); here that
-// require is the bundle's, so the Pool is bundled. CommonJS code inside an ESM bundle needs
-// `require` (and, for the few that use them, `__filename`/`__dirname`): each output file opens
-// with them, made from its own URL.
+// require is the bundle's (BUNDLED_REQUIRE), so the Pool is bundled. CommonJS code inside an
+// ESM bundle needs `require`, `__filename` and `__dirname`: each output file opens with them,
+// made from its own URL. Only pino's transports use `__dirname` (thread-stream starts its
+// worker files by path); sluice has none (src/log.ts writes fd 1 through sonic-boom), and one
+// would need pino's `__bundlerPathsOverrides`.
 //
-// Minified: whitespace, syntax and identifiers. Names are not kept (esbuild's keepNames): it
-// sets `name` on every function and class as the modules load, measured +3.3 MB idle RSS over
-// the four threads of the demo config. Nothing at run time depends on a function or class
-// name (errors are matched by `code`; SluiceError and ConfigError set their own `name`, so a
-// stack's first line still says which), but a stack frame from dist/
-// names a minified function, and pino's `type` of a logged error of our own classes is a
-// minified name: reproduce with the sources (`npm run sluice:src`) to read one. No legal
-// comments: they would be source text in every heap; each package's licence stays in
-// node_modules beside dist/.
+// Minified: whitespace, syntax and identifiers. Names are not kept (esbuild's keepNames sets
+// `name` on every function and class as the modules load: measured +3.3 MB idle RSS over the
+// four threads of the demo config). Nothing at run time depends on a function or class name
+// (errors are matched by `code`; SluiceError and ConfigError set their own `name`, so a stack's
+// first line still says which), but a stack frame from dist/ names a minified function, and so
+// does pino's `type` of a logged error of our own classes: reproduce with the sources
+// (`npm run sluice:src`) to read one. No legal comments: they would be source text in every
+// heap; each package's licence stays in node_modules beside dist/.
 //
 // dist/ is emptied first, so nothing stale survives a rename.
 
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { dirname, join, posix, relative, resolve, sep } from 'node:path'
+import { dirname, posix, relative, resolve, sep } from 'node:path'
 import type * as Esbuild from 'esbuild'
 
 const root = fileURLToPath(new URL('../', import.meta.url))
@@ -68,7 +71,7 @@ const at = args.indexOf('--out-dir')
 const outDir = at >= 0 ? resolve(args[at + 1]) : resolve(root, 'dist')
 
 /** Every file a thread or a process is started from, and what they import() after the compile cache. */
-export const ENTRIES = [
+const ENTRIES = [
   'bin/sluice.ts', 'primary/main.ts', 'primary/sim-thread.ts',
   'worker/boot.ts', 'worker/main.ts', 'src/json/task.ts', 'src/load/sim-child.ts',
 ]
@@ -87,7 +90,8 @@ const URL_CALL = '__sluiceUrl'
 const BANNER = [
   "import{createRequire as __sluiceRequire}from'node:module';",
   "import{fileURLToPath as __sluicePath}from'node:url';",
-  'const require=__sluiceRequire(import.meta.url),__filename=__sluicePath(import.meta.url),__dirname=__sluicePath(new URL(".",import.meta.url));',
+  "import{dirname as __sluiceDirname}from'node:path';",
+  'const require=__sluiceRequire(import.meta.url),__filename=__sluicePath(import.meta.url),__dirname=__sluiceDirname(__filename);',
 ].join('')
 
 function fail (message: string): never {
@@ -134,7 +138,7 @@ const ownSources: Esbuild.Plugin = {
 }
 
 rmSync(outDir, { recursive: true, force: true })
-let result: Esbuild.BuildResult<{ write: false; metafile: true }>
+let result: Esbuild.BuildResult<{ write: false }>
 try {
   result = await esbuild.build({
     absWorkingDir: root,
@@ -154,7 +158,6 @@ try {
     banner: { js: BANNER },
     plugins: [ownSources, lazyUndici],
     write: false,
-    metafile: true,
     logLevel: 'warning',
   })
 } catch (err) {
