@@ -1,11 +1,13 @@
 // Where sluice's own files are, whether it runs from its TypeScript sources (development and
-// tests: Node's type stripping) or compiled to JavaScript under dist/ (production: `npm ci`
-// runs the `prepare` build, `npm start` runs dist/bin/sluice.js).
+// tests: Node's type stripping) or bundled to JavaScript under dist/ (production: `npm ci`
+// runs the `prepare` build, scripts/build.ts; `npm start` runs dist/bin/sluice.js).
 //
-// tsc rewrites the `.ts` specifiers of imports (`rewriteRelativeImportExtensions`), but not
-// the URLs handed to `new Worker` or to piscina: those go through moduleUrl(), which picks
-// the `.js` sibling when the caller was itself loaded as `.js`. A compiled process therefore
-// never loads a `.ts` file (a worker thread that strips types costs ~20 MB more RSS).
+// The build bundles imports, but not the URLs handed to `new Worker` or to piscina: those go
+// through moduleUrl(), which picks the `.js` sibling when the caller was itself loaded as
+// `.js`, and each thread entry is a bundle at that `.js` path. In a bundle, `import.meta.url`
+// is still the source file's own (its place in a one-file-per-source dist/: the build sees to
+// it), so COMPILED and ROOT_URL below hold there too. A compiled process therefore never
+// loads a `.ts` file (a worker thread that strips types costs ~20 MB more RSS).
 
 import { enableCompileCache } from 'node:module'
 

@@ -5,6 +5,7 @@
 
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { ROOT_URL } from '../modules.ts'
 import { merge } from './profile.ts'
 
 export interface RecallProfile {
@@ -68,7 +69,8 @@ export interface RecallProfile {
   smoke?: Record<string, unknown>
 }
 
-export const RECALL_PROFILE_DIR = new URL('../../ops/load/profiles/recall-burst/', import.meta.url).pathname
+// From the repository root (src/modules.ts), whether run from the sources or from dist/.
+export const RECALL_PROFILE_DIR = new URL('ops/load/profiles/recall-burst/', ROOT_URL).pathname
 
 export function recallProfileNames (dir = RECALL_PROFILE_DIR): string[] {
   return readdirSync(dir).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort()

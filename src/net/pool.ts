@@ -7,6 +7,8 @@
 // .prototype, api)`; doing it twice is harmless). undici has no "exports" map, so these paths
 // are reachable; test/unit/net-pool.test.ts pins that they are the very classes and functions
 // the package exports, so an undici upgrade that moves them fails there, not in production.
+// The bundled build (scripts/build.ts) makes this `require` the bundle's own, so these files
+// are bundled rather than read from node_modules.
 
 import { createRequire } from 'node:module'
 import type { Pool as UndiciPool } from 'undici'
