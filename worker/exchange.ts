@@ -116,6 +116,9 @@ export function refusedAtTheDoor (deps: ExchangeDeps, req: IncomingMessage, res:
 export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route: Route, req: IncomingMessage, res: ServerResponse, opts: RunOptions = {}): Promise<ExchangeRecord> {
   const started = performance.now()
   const { scope, lane } = accepted
+  // After an idle spell the parser pool has no thread (limits.parserIdleMs): start it now, so
+  // its start-up overlaps the body read and the provider's answer, not a held parse permit.
+  deps.parser.warm()
   const rec = newRecord({
     exchangeId: accepted.exchangeId,
     runId: accepted.runId,

@@ -61,9 +61,10 @@ export const limitsSchema = z.strictObject({
   parserHeapMb: int(16).default(256),
   parserYoungGenMb: int(1).default(16),
   parserThreads: int(1).max(64).default(1),
-  /** 0: parser threads always warm. Else a thread starts with the first parse that needs it and
-   *  is retired after this long without one (less idle RSS; the first parse after pays the start). */
-  parserIdleMs: int(0).default(0),
+  /** 0: parser threads always warm. Else a thread is started by the first exchange after an idle
+   *  spell (ParserPool.warm, in the background) or the first parse, and retired after this long
+   *  without a task (no parser thread at idle; a parse that comes before it is up waits for it). */
+  parserIdleMs: int(0).default(30_000),
   healthGuardMs: int(1).default(1000),
   /** A request whose header block is not complete within this is refused (408 http_headers_timeout). */
   headersTimeoutMs: int(1).default(60_000),

@@ -5,9 +5,10 @@
 //
 // Design
 //   threads     maxThreads = `threads`. Always warm (minThreads = `threads`, never retired)
-//               unless `idleMs` is given: then a thread starts with the first task that needs
-//               it and is retired after `idleMs` without a task (minThreads 0), so an idle
-//               worker carries no parser thread (~8-18 MB RSS each, docs/benchmarks.md).
+//               unless `idleMs` is given (the default config does): then a thread starts with
+//               the first task that needs it, or ahead of it with warm(), and is retired after
+//               `idleMs` without a task (minThreads 0), so an idle worker carries no parser
+//               thread (~13 MB RSS each, docs/benchmarks.md).
 //               Concurrency is bounded upstream by the ledger's parse gate (the caller holds a
 //               parse permit for the whole call), so the piscina queue stays short.
 //   lost        a thread counts as lost (stats().threadsLost) when it failed — it emitted
@@ -102,12 +103,15 @@ export class ParserPool {
   #lost = 0
   #retired = 0
   #closing: Promise<void> | null = null
+  readonly #onDemand: boolean
+  #warming = false
 
   constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE }: ParserPoolOptions) {
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
     for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
     }
+    this.#onDemand = idleMs > 0
     // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
     dc.subscribe('worker_threads', this.#onWorker)
     try {
@@ -126,6 +130,20 @@ export class ParserPool {
     // Piscina emits 'error' when a thread with no task fails; without a listener that would
     // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
     this.#piscina.on('error', () => {})
+  }
+
+  /**
+   * On-demand pools (idleMs > 0): when no thread is running, start one now, in the background,
+   * with an empty task, so that a parse arriving a moment later (a large body still being
+   * read, a provider's JSON answer) finds it up instead of waiting for it while holding the
+   * parse permit. A no-op when a thread is running or starting, and for always-warm pools.
+   * Its outcome is nobody's: a thread that fails here is counted (threadsLost) and replaced
+   * like any other.
+   */
+  warm (): void {
+    if (!this.#onDemand || this.#warming || this.#closing !== null || this.#threads.size > 0) return
+    this.#warming = true
+    this.#piscina.run({ kind: 'warm' }).then(() => { this.#warming = false }, () => { this.#warming = false })
   }
 
   /**

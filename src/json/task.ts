@@ -1,7 +1,8 @@
 // The parser pool's worker entry: piscina loads this file in each pool thread (as .ts, by
 // Node's type stripping) and calls the default export once per task. Two kinds of task:
 //   prepare  a request body (src/json/prepare.ts), the task without a `kind`;
-//   answer   a provider's non-streaming answer (src/json/answer.ts), `kind: 'answer'`.
+//   answer   a provider's non-streaming answer (src/json/answer.ts), `kind: 'answer'`;
+//   warm     nothing (`kind: 'warm'`): ParserPool.warm() starts a thread with it, ahead of a parse.
 //
 // The result's body goes back by transfer, not by copy: its ArrayBuffer is moved to the
 // calling thread (piscina's movable protocol: an object carrying the transferable under
@@ -15,10 +16,12 @@ import { move, transferableSymbol, valueSymbol } from 'piscina'
 import { readAnswer, type AnswerResult, type AnswerTask } from './answer.ts'
 import { prepare, type PrepareResult, type PrepareTask } from './prepare.ts'
 
-export type ParserTask = PrepareTask | AnswerTask
+export interface WarmTask { kind: 'warm' }
+export type ParserTask = PrepareTask | AnswerTask | WarmTask
 
 export default function parserTask (task: ParserTask): PrepareResult | AnswerResult | object {
-  const result = 'kind' in task && task.kind === 'answer' ? readAnswer(task) : prepare(task as PrepareTask)
+  if ('kind' in task && task.kind === 'warm') return { ok: true }
+  const result = 'kind' in task && task.kind === 'answer' ? readAnswer(task as AnswerTask) : prepare(task as PrepareTask)
   if (!result.ok) return result
   const buffer = result.body.buffer
   if (!(buffer instanceof ArrayBuffer)) return result // a SharedArrayBuffer is shared, not moved

@@ -266,6 +266,32 @@ t.test('on demand (idleMs): no thread until a task needs one, retired when idle 
   t.equal(pool.stats().threadsAlive, 1)
 })
 
+t.test('on demand: warm() starts one thread ahead of the parse, once, and the parse then finds it up', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+  const pool = new ParserPool({ threads: 2, heapMb: 16, youngGenMb: 4, idleMs: 60_000 })
+  t.teardown(() => pool.close())
+  t.equal(pool.stats().threadsAlive, 0, 'no thread at start')
+  pool.warm()
+  pool.warm()
+  pool.warm()
+  t.equal(watch.created.length, 1, 'three calls while it starts: one thread')
+  // Let the warm task be answered (the thread up and idle), without a parse.
+  await new Promise((r) => setTimeout(r, 300))
+  pool.warm()
+  t.equal(watch.created.length, 1, 'a running thread: warm() does nothing')
+  const a = await pool.prepare(task(enc.encode('{"model":"a"}')))
+  t.ok(a.ok && a.model === 'a')
+  t.equal(watch.created.length, 1, 'the parse ran on the warmed thread')
+  t.match(pool.stats(), { threadsAlive: 1, completed: 1, failed: 0, threadsLost: 0 }, 'the warm task is not a call')
+
+  const always = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4 })
+  t.teardown(() => always.close())
+  const before = watch.created.length
+  always.warm()
+  t.equal(watch.created.length, before, 'an always-warm pool: no extra thread')
+})
+
 t.test('on demand: a thread that dies by an uncaught error is lost, and the call settles only after its exit', async (t) => {
   const watch = watchThreads()
   t.teardown(watch.stop)
