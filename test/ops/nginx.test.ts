@@ -126,6 +126,16 @@ t.test('nginx in front of two instances: affinity, spread, no buffering', async 
     t.equal(at.size, 1, `${s}: one instance`)
     owners.add([...at][0])
   }
+  // Where ketama places 8 session ids depends on the instances' (random) ports: all 8 can land
+  // on one instance. More sessions, one exchange each, until one lands on the other (each
+  // instance owns a fair share of the ring, so 64 more leave no real chance of a miss).
+  for (let i = 0; owners.size < 2 && i < 64; i++) {
+    const s = `ngx-more-${i}`
+    const from = gws.map((g) => g.logs.length)
+    t.equal(await post({ 'x-session-id': s }, chatBody(s)), 200)
+    await until(() => exchanges(from).some((l) => l.sessionId === s), `the exchange line of ${s}`)
+    for (const l of exchanges(from)) if (l.sessionId === s) owners.add(l.at)
+  }
   t.equal(owners.size, 2, 'sessions spread over both instances')
   t.ok(exchanges().every((l) => l.instanceId === ids[l.at]), 'each line names its instance')
 
