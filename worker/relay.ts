@@ -76,7 +76,6 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const oversizeBytes: number[] = []
   let count = 0
   const framer = new SseFramer({
-    onFrame: () => { throw new Error('unreachable: onFrameAt is given') },
     onFrameAt: (buf, start, end, at) => {
       frameBuf[count] = buf; frameStart[count] = start; frameEnd[count] = end; starts[count] = at; oversizeBytes[count] = 0; count++
     },

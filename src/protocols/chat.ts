@@ -32,7 +32,7 @@
 // known to send that; OpenAI sends usage in its own `choices:[]` chunk).
 
 import type { FailureRecord } from '../sse/sign.ts'
-import { readFrame, shape, shapeAt, shapeOf } from '../sse/fields.ts'
+import { readFrame, shape, shapeAt } from '../sse/fields.ts'
 import {
   ascii, asBuffer, endsWith, errorFacts, findKeyValue, isDone, isObjectShaped, isObjectStart, isRecord, notNull, num,
   parseObject, parsePayload, payloadOf, singleLine, str, trim, trimmed, usageReaders,
@@ -103,14 +103,13 @@ export function classify (frame: Uint8Array): FrameClass {
  * of the frame (a search in f itself could run on into the frames after it).
  */
 export function classifyAt (f: Buffer, start: number, end: number): FrameClass {
-  if (shapeAt(f, start, end) && shape.nameStart === -1) {
-    const p = shape.payloadStart
-    if (p < end && f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE && quietTail(f, p, end - 1)) return 'pass'
-  }
-  const frame = start === 0 && end === f.length ? f : f.subarray(start, end)
-  if (!shapeOf(frame) || shape.nameStart !== -1) return classifyGeneral(frame)
+  const plain = shapeAt(f, start, end) && shape.nameStart === -1
   const p = shape.payloadStart
-  if (singleLine(frame, p, frame.length)) return classifyPayload(frame, p, frame.length)
+  if (plain && p < end && f[p] === OPEN_BRACE && f[end - 1] === CLOSE_BRACE && quietTail(f, p, end - 1)) return 'pass'
+  const frame = start === 0 && end === f.length ? f : f.subarray(start, end)
+  if (!plain) return classifyGeneral(frame)
+  const q = p - start // the payload's start in the view
+  if (singleLine(frame, q, frame.length)) return classifyPayload(frame, q, frame.length)
   return classifyGeneral(frame)
 }
 

@@ -30,6 +30,7 @@
 
 import type { ErrorCode } from '../errors.ts'
 import { SluiceError } from '../errors.ts'
+import { asBuffer } from './bytes.ts'
 import { chat } from './chat.ts'
 import { messages } from './messages.ts'
 import { streamErrorCode } from './provider-error.ts'
@@ -102,7 +103,7 @@ export class StreamTracker {
    * parse permit) and pass the facts to apply().
    */
   frame (frame: Uint8Array, cls: FrameClass): boolean {
-    const f = Buffer.isBuffer(frame) ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength)
+    const f = asBuffer(frame)
     return this.frameAt(f, 0, f.length, cls)
   }
 

@@ -19,8 +19,8 @@
 //                        kept; the framer skips to the blank line that ends it and
 //                        resynchronises: the next frame is reported normally.
 //   onFrameAt(buf, start, end, at)
-//                        the same frame as offsets instead of a view, when the handler has
-//                        it (then onFrame is not called): the frame is buf[start, end), where
+//                        the same frame as offsets instead of a view, for a handler that has
+//                        it in place of onFrame: the frame is buf[start, end), where
 //                        buf is the chunk being pushed, or for a frame that spans chunks a
 //                        fresh copy (start 0) the callee may keep. Valid only until push()
 //                        returns for the chunk (the chunk is the caller's). It exists for the
@@ -55,23 +55,36 @@ const CR = 13
 
 export const DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 
-export interface FramerHandler {
-  /**
-   * A complete, non-empty frame, without its terminating blank line. `at`: where it begins in
-   * the chunk being pushed (negative: that many bytes of it came in earlier chunks).
-   */
-  onFrame(frame: Buffer, at: number): void
-  /**
-   * The same frame as offsets: buf[start, end) (buf: the pushed chunk, or a fresh copy for a
-   * frame that spanned chunks). When present, it is called instead of onFrame.
-   */
-  onFrameAt?(buf: Buffer, start: number, end: number, at: number): void
+interface OversizeHandler {
   /**
    * A frame passed the cap; `bytes` is its size when that was detected. Once per frame. `at`:
    * where it begins in the chunk being pushed (negative: it began in an earlier chunk).
    */
   onOversize?(bytes: number, at: number): void
 }
+
+/** Frames as views. */
+export interface FrameViewHandler extends OversizeHandler {
+  /**
+   * A complete, non-empty frame, without its terminating blank line. `at`: where it begins in
+   * the chunk being pushed (negative: that many bytes of it came in earlier chunks).
+   */
+  onFrame(frame: Buffer, at: number): void
+  onFrameAt?: undefined
+}
+
+/** Frames as offsets (the relay's per-frame path: no view made per frame). */
+export interface FrameOffsetHandler extends OversizeHandler {
+  /**
+   * The same frame as onFrame's, as buf[start, end) (buf: the pushed chunk, or a fresh copy for
+   * a frame that spanned chunks).
+   */
+  onFrameAt(buf: Buffer, start: number, end: number, at: number): void
+  onFrame?: undefined
+}
+
+/** One of the two ways to be told of frames, and optionally of oversize ones. */
+export type FramerHandler = FrameViewHandler | FrameOffsetHandler
 
 export interface SseFramerOptions {
   /** The frame cap (config `limits.sseFrameBytes`). Default 1 MiB. */
@@ -254,7 +267,7 @@ export class SseFramer {
       this.#oversize++
       this.#discardedBytes += size
       this.#reset()
-      this.#report(null, size, at)
+      this.#report(null, 0, size, at)
       return
     }
     const at = start - this.#held
@@ -268,17 +281,7 @@ export class SseFramer {
     }
     this.#reset()
     this.#frames++
-    if (this.#handler.onFrameAt !== undefined) this.#reportAt(from, s, s + contentEnd, at)
-    else this.#report(from.subarray(s, s + contentEnd), 0, at)
-  }
-
-  #reportAt (buf: Buffer, start: number, end: number, at: number): void {
-    try {
-      (this.#handler.onFrameAt as NonNullable<FramerHandler['onFrameAt']>)(buf, start, end, at)
-    } catch (error) {
-      this.#failed = { error }
-      throw error
-    }
+    this.#report(from, s, s + contentEnd, at)
   }
 
   /** Keeps the unterminated rest of a chunk (or skips it inside an oversize frame). */
@@ -296,16 +299,22 @@ export class SseFramer {
       this.#buf = null
       this.#held = size
       this.#discarding = true
-      this.#report(null, size, at)
+      this.#report(null, 0, size, at)
       return
     }
     this.#append(buf, start, rest)
   }
 
-  #report (frame: Buffer | null, oversize: number, at: number): void {
+  /**
+   * Tells the handler of the frame buf[start, end) (as offsets or as a view, as it asked), or,
+   * when buf is null, of an oversize frame of `end` bytes. A throw ends the framer.
+   */
+  #report (buf: Buffer | null, start: number, end: number, at: number): void {
+    const h = this.#handler
     try {
-      if (frame !== null) this.#handler.onFrame(frame, at)
-      else this.#handler.onOversize?.(oversize, at)
+      if (buf === null) h.onOversize?.(end, at)
+      else if (h.onFrameAt !== undefined) h.onFrameAt(buf, start, end, at)
+      else h.onFrame(buf.subarray(start, end), at)
     } catch (error) {
       this.#failed = { error }
       throw error

@@ -34,12 +34,12 @@ function runFramer (bytes: Buffer, lengths: number[], max: number, offsets = fal
   const events: RefEvent[] = []
   const problems: string[] = []
   let offset = 0
-  const framer = new SseFramer({
-    onFrame: (frame, at) => { events.push({ kind: 'frame', bytes: Buffer.from(frame), start: offset + at }) },
+  const onOversize = (_bytes: number, at: number) => { events.push({ kind: 'oversize', start: offset + at }) }
+  const framer = new SseFramer(offsets
     // The relay's way (offsets into the chunk, or into a copy of a frame that spanned chunks).
-    onFrameAt: offsets ? (buf, start, end, at) => { events.push({ kind: 'frame', bytes: Buffer.from(buf.subarray(start, end)), start: offset + at }) } : undefined,
-    onOversize: (_bytes, at) => { events.push({ kind: 'oversize', start: offset + at }) },
-  }, { maxFrameBytes: max })
+    ? { onFrameAt: (buf, start, end, at) => { events.push({ kind: 'frame', bytes: Buffer.from(buf.subarray(start, end)), start: offset + at }) }, onOversize }
+    : { onFrame: (frame, at) => { events.push({ kind: 'frame', bytes: Buffer.from(frame), start: offset + at }) }, onOversize },
+  { maxFrameBytes: max })
   for (const chunk of chunksOf(bytes, lengths)) {
     // A fresh copy per chunk: a view the framer kept into an earlier chunk would show here.
     framer.push(Buffer.from(chunk))
@@ -131,7 +131,6 @@ function inPlaceAgainstViews (c: StreamCase, lengths: number[]): { views: string
     onFrame: (frame) => { const cls = inspector.classify(frame); views.push(seen(viewTracker, cls, viewTracker.frame(frame, cls)) + ' ' + (inspector.peekSequenceNumber?.(frame) ?? '')) },
   }, { maxFrameBytes: MAX_FRAME })
   const b = new SseFramer({
-    onFrame: () => { throw new Error('onFrameAt is given') },
     onFrameAt: (buf, start, end) => {
       const cls = inspector.classifyAt(buf, start, end)
       inPlace.push(seen(placeTracker, cls, placeTracker.frameAt(buf, start, end, cls)) + ' ' + (inspector.peekSequenceNumberAt?.(buf, start, end) ?? ''))
