@@ -364,18 +364,38 @@ function callArgs(spec: ToolSpec, rng: Rng): string {
   return JSON.stringify(isObject(value) ? value : {})
 }
 
-function usefulValue(schema: unknown, rng: Rng, depth: number, prop: string, patchy: boolean): unknown {
-  if (!isObject(schema) || depth > 4) return null
-  if ('const' in schema) return schema.const
-  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0]
+// What both value makers below read first from a schema, in this order: a fixed value (`const`,
+// else the first `enum` entry), else the first branch of anyOf / oneOf / allOf to descend into,
+// else its type (the first non-null one of a type list; 'object' when it has only properties).
+function hasFixedValue(schema: Record<string, unknown>): boolean {
+  return 'const' in schema || (Array.isArray(schema.enum) && schema.enum.length > 0)
+}
+
+function fixedValue(schema: Record<string, unknown>): unknown {
+  return 'const' in schema ? schema.const : (schema.enum as unknown[])[0]
+}
+
+function firstBranch(schema: Record<string, unknown>): unknown {
   for (const key of ['anyOf', 'oneOf', 'allOf'] as const) {
     const branches = schema[key]
-    if (Array.isArray(branches) && branches.length > 0) return usefulValue(branches[0], rng, depth + 1, prop, patchy)
+    if (Array.isArray(branches) && branches.length > 0) return branches[0]
   }
+  return undefined
+}
+
+function schemaType(schema: Record<string, unknown>): unknown {
   let type = schema.type
   if (Array.isArray(type)) type = type.find(t => t !== 'null') ?? 'null'
   if (type === undefined && isObject(schema.properties)) type = 'object'
-  switch (type) {
+  return type
+}
+
+function usefulValue(schema: unknown, rng: Rng, depth: number, prop: string, patchy: boolean): unknown {
+  if (!isObject(schema) || depth > 4) return null
+  if (hasFixedValue(schema)) return fixedValue(schema)
+  const branch = firstBranch(schema)
+  if (branch !== undefined) return usefulValue(branch, rng, depth + 1, prop, patchy)
+  switch (schemaType(schema)) {
     case 'object': {
       const props = isObject(schema.properties) ? schema.properties : {}
       const required = Array.isArray(schema.required) ? schema.required.filter((n): n is string => typeof n === 'string' && n in props) : []
@@ -423,16 +443,10 @@ function prefixOf(args: string): string {
  */
 function valueFor(schema: unknown, rng: Rng, depth: number): unknown {
   if (!isObject(schema) || depth > 4) return null
-  if ('const' in schema) return schema.const
-  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0]
-  for (const key of ['anyOf', 'oneOf', 'allOf'] as const) {
-    const branches = schema[key]
-    if (Array.isArray(branches) && branches.length > 0) return valueFor(branches[0], rng, depth + 1)
-  }
-  let type = schema.type
-  if (Array.isArray(type)) type = type.find(t => t !== 'null') ?? 'null'
-  if (type === undefined && isObject(schema.properties)) type = 'object'
-  switch (type) {
+  if (hasFixedValue(schema)) return fixedValue(schema)
+  const branch = firstBranch(schema)
+  if (branch !== undefined) return valueFor(branch, rng, depth + 1)
+  switch (schemaType(schema)) {
     case 'object': {
       const props = isObject(schema.properties) ? schema.properties : {}
       const names = Object.keys(props)
