@@ -54,6 +54,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
+import { limitsSchema } from '../src/config/schema.ts'
 import { alive, cpuMs, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, type Child, type Quota } from './exchange-os.ts'
 
 const args = process.argv.slice(2)
@@ -90,13 +91,13 @@ const THROUGHPUT_BODY = body('tokens=2000 interval=0')
 const CANCEL_BODY = body('tokens=1000 interval=10')
 const TINY_BODY = body('tokens=1')
 
+/** limits.parserIdleMs's default, which the main instance runs with (its parser thread retires after it). */
+const PARSER_IDLE_MS = limitsSchema.parse({}).parserIdleMs
 /**
  * The malloc setting every production launcher of sluice sets (`npm start`, the systemd units,
  * the container: two glibc arenas, not one per thread), given to the pass-through too, so the
  * two run on the same allocator settings. Unless this process already has one.
  */
-/** limits.parserIdleMs's default: the main instance runs with it. */
-const PARSER_IDLE_MS = 30_000
 const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2' }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -608,7 +609,7 @@ async function main (): Promise<void> {
 
   const throttled = { sluice: qGw.throttled(), pass: qPass.throttled(), sluiceDefault: throttledDefault }
   const hwm = { sluice: hwmMb(gw.child.pid), pass: hwmMb(pass.pid) }
-  // Idle once more, after limits.parserIdleMs (30 s by default) without a parse: sluice's
+  // Idle once more, after limits.parserIdleMs without a parse: sluice's
   // parser thread has been retired (on demand since issue 15); the pass-through beside it.
   await sleep(PARSER_IDLE_MS + 2_000)
   const idleRetired = { sluice: rssMb(gw.child.pid), pass: rssMb(pass.pid) }
