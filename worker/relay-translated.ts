@@ -27,7 +27,10 @@ import { drained, endResponse, type Outcome } from './relay.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
-import { eachChunk } from '../src/net/chunks.ts'
+import { pumpChunks, STOP, type ChunkStep } from '../src/net/chunks.ts'
+
+/** No client bytes (shared, never written to). */
+const NOTHING: Buffer[] = []
 
 const GAUGE = { tool_arguments: RG_TOOL_ARGUMENT_BYTES, item: RG_TRANSLATE_ITEM_BYTES, output: RG_TRANSLATE_OUTPUT_BYTES } as const
 
@@ -156,38 +159,45 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     bytesOut += b.length
     return res.write(b)
   }
+  // The chunk in hand: its frames' client bytes, and whether an oversize frame came.
+  let out: Buffer[] = NOTHING
+  let over = false
+  /** Every frame of the chunk translated, their client bytes taken once (one buffer). */
+  const translateFrames = (): void => {
+    for (const f of frames) {
+      if (f === null) { over = true; break }
+      framesIn++
+      translator.feedFrame(f)
+      if (translator.failure !== null) break
+    }
+    out = translator.take()
+  }
+  const sendChunk = (): ChunkStep => {
+    budget.sync()
+    // An oversize frame after the client's terminal changes nothing it was told.
+    if (over && !translator.finished && translator.failure === null) {
+      failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')
+    }
+    // The caller is about to see the stream's terminal event: its session may go on now.
+    onFinished()
+    if (translator.finished) scope.releaseLane()
+    const ok = write(out)
+    out = NOTHING
+    if (translator.failure !== null || failure !== null) return STOP
+    if (!ok) return drained(res, signal, stallMs)
+  }
+  const onChunk = (data: Buffer): ChunkStep => {
+    frames.length = 0
+    framer.push(data)
+    scope.setFloating(framer.bufferedBytes, res.writableLength)
+    over = false
+    // The parse permit is usually free: then the chunk is handled without a promise.
+    if (frames.length > 0 && !scope.tryUnderParse(translateFrames)) return scope.underParse(signal, translateFrames).then(sendChunk)
+    return sendChunk()
+  }
   try {
     try {
-      for await (const data of eachChunk(up.body)) {
-        frames.length = 0
-        framer.push(data as Buffer)
-        scope.setFloating(framer.bufferedBytes, res.writableLength)
-        let out: Buffer[] = []
-        let over = false
-        if (frames.length > 0) {
-          // Every frame of the chunk translated, their client bytes taken once (one buffer).
-          out = await scope.underParse(signal, () => {
-            for (const f of frames) {
-              if (f === null) { over = true; break }
-              framesIn++
-              translator.feedFrame(f)
-              if (translator.failure !== null) break
-            }
-            return translator.take()
-          })
-        }
-        budget.sync()
-        // An oversize frame after the client's terminal changes nothing it was told.
-        if (over && !translator.finished && translator.failure === null) {
-          failure = new SluiceError('provider_protocol_error', { frameBytes: oversize, limit: deps.config.limits.sseFrameBytes }, 'a provider frame is larger than the frame cap')
-        }
-        // The caller is about to see the stream's terminal event: its session may go on now.
-        onFinished()
-        if (translator.finished) scope.releaseLane()
-        const ok = write(out)
-        if (translator.failure !== null || failure !== null) break
-        if (!ok) await drained(res, signal, stallMs)
-      }
+      await pumpChunks(up.body, onChunk)
       if (failure === null && translator.failure === null && !translator.finished) {
         // EOF: what the decoder still holds decides (a terminal never came -> its failure).
         const out = await scope.underParse(signal, () => translator.end())

@@ -3,7 +3,7 @@
 // Streaming: each upstream chunk is pushed through the SSE framer (which only observes), its
 // frames classified from bytes; the few that can carry a terminal, usage or an error are
 // parsed under the parse permit; then the chunk is written to the client unchanged. The
-// upstream is read only as fast as the client drains (eachChunk + 'drain'), so a slow
+// upstream is read only as fast as the client drains (pumpChunks + 'drain'), so a slow
 // client holds at most one chunk plus the socket buffers. The first fatal (malformed or
 // oversize frame, provider error event, transport failure, no terminal, budget) ends the
 // stream with a signed failure tail in the client protocol's own error event, then a clean
@@ -29,7 +29,7 @@ import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { responseHeaders, transportError } from './upstream.ts'
-import { eachChunk } from '../src/net/chunks.ts'
+import { pumpChunks, STOP, type ChunkStep } from '../src/net/chunks.ts'
 
 export interface Outcome { code: ErrorCode | 'ok' }
 
@@ -118,78 +118,130 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     return ok
   }
 
-  try {
-    for await (const data of eachChunk(up.body)) {
-      const chunk = data as Buffer
-      count = 0
-      framer.push(chunk)
-      const before = pendingBytes
-      // In pending + chunk coordinates: everything up to the partial frame may go out.
-      let cut = before + chunk.length - framer.partialFrameBytes
-      let admitted = 0
-      try {
-        scope.setFloating(framer.bufferedBytes, before + chunk.length + res.writableLength)
-      } catch (err) {
-        // No room to hold this chunk: none of it goes out, the stream ends here.
-        // A chunk larger than the whole budget is the provider's output, not the caller's
-        // request: reported as the local capacity it is, never storage_request_too_large.
-        const code = SluiceError.from(err).code
-        tracker.fail(code === 'storage_request_too_large' ? 'storage_budget_exhausted' : code, 'the stream needed more bytes than the storage budget had')
-        cut = 0
-      }
-      for (let i = 0; i < count && cut > 0; i++) {
-        const wasFailed = failureOf(tracker) !== null
-        const wasClosed = tracker.closed
-        const buf = frameBuf[i]
-        if (buf === null) {
-          // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
-          tracker.oversize(oversizeBytes[i])
-          if (!wasFailed) {
-            terminalBeforeFailure = wasClosed
-            cut = Math.max(0, before + starts[i])
-          }
-          break
-        }
-        const fs = frameStart[i]
-        const fe = frameEnd[i]
-        if (tracker.frameAt(buf, fs, fe, inspector.classifyAt(buf, fs, fe))) {
-          const frame = buf.subarray(fs, fe)
-          await scope.underParse(signal, () => {
-            try {
-              tracker.apply(inspector.inspect(frame))
-            } catch (err) {
-              tracker.inspectFailed(err)
-            }
-          })
-        }
-        const now = failureOf(tracker)
-        if (!wasFailed && now !== null) {
-          terminalBeforeFailure = wasClosed
-          // Keep a bad frame from the client: cut where it starts (it may have begun in
-          // held-back bytes). The provider's own error event (in-band) goes out whole,
-          // unless it quotes a configured provider key: then only the (scrubbed) tail does.
-          // Either way nothing after it does, even when this chunk carries more: cut where
-          // the next frame begins (the rest of the chunk is the held-back partial frame).
-          if (!now.inBand || deps.router.scrubber.carriesSecret(buf.subarray(fs, fe))) cut = Math.max(0, before + starts[i])
-          else {
-            admitted++
-            inBandRelayed = true
-            if (i + 1 < count) cut = before + starts[i + 1]
-          }
-          break
-        }
-        if (now === null) admitted++
-      }
-      frameBuf.fill(null, 0, count)
-      const failed = failureOf(tracker)
-      framesOut += admitted
-      // The caller is about to see the stream's terminal event: its session may go on now.
-      // (A relayed response.failed is one too: no tail follows it, see below.)
-      if (tracker.closed && (failed === null || (inBandRelayed && tracker.terminal === 'failed'))) scope.releaseLane()
-      const ok = flush(chunk, cut)
-      if (failed !== null) break
-      if (!ok) await drained(res, signal, stallMs)
+  // The chunk in hand and where its frames stand: set by onChunk, read by the steps below (a
+  // chunk whose frames need no waiting is handled in one synchronous call, no promise made).
+  let chunk: Buffer | null = null
+  /** pendingBytes when the chunk came: the chunk's offsets in pending + chunk coordinates. */
+  let before = 0
+  /** How many bytes of pending + chunk may go out. */
+  let cut = 0
+  /** Frames of this chunk that go out. */
+  let admitted = 0
+  /** The stream's state before the frame being judged. */
+  let wasFailed = false
+  let wasClosed = false
+  /** The frame being inspected (inspectFrame's argument: no closure per frame). */
+  let inspecting = 0
+
+  const inspectFrame = (): void => {
+    const frame = frameBuf[inspecting]!.subarray(frameStart[inspecting], frameEnd[inspecting])
+    try {
+      tracker.apply(inspector.inspect(frame))
+    } catch (err) {
+      tracker.inspectFailed(err)
     }
+  }
+
+  /** Frame i, counted (and inspected): true when the chunk ends at it (its first fatal). */
+  const judged = (i: number): boolean => {
+    const now = failureOf(tracker)
+    if (!wasFailed && now !== null) {
+      terminalBeforeFailure = wasClosed
+      // Keep a bad frame from the client: cut where it starts (it may have begun in
+      // held-back bytes). The provider's own error event (in-band) goes out whole,
+      // unless it quotes a configured provider key: then only the (scrubbed) tail does.
+      // Either way nothing after it does, even when this chunk carries more: cut where
+      // the next frame begins (the rest of the chunk is the held-back partial frame).
+      const buf = frameBuf[i]!
+      if (!now.inBand || deps.router.scrubber.carriesSecret(buf.subarray(frameStart[i], frameEnd[i]))) cut = Math.max(0, before + starts[i])
+      else {
+        admitted++
+        inBandRelayed = true
+        if (i + 1 < count) cut = before + starts[i + 1]
+      }
+      return true
+    }
+    if (now === null) admitted++
+    return false
+  }
+
+  /**
+   * The chunk's frames from `from` on, each counted and judged, the few that need it inspected
+   * under the parse permit: -1 when they are done, or the index of a frame that waits for the
+   * permit (taken by another exchange; frames() goes on after it once it is inspected).
+   */
+  const frames = (from: number): number => {
+    for (let i = from; i < count && cut > 0; i++) {
+      wasFailed = failureOf(tracker) !== null
+      wasClosed = tracker.closed
+      const buf = frameBuf[i]
+      if (buf === null) {
+        // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
+        tracker.oversize(oversizeBytes[i])
+        if (!wasFailed) {
+          terminalBeforeFailure = wasClosed
+          cut = Math.max(0, before + starts[i])
+        }
+        return -1
+      }
+      const fs = frameStart[i]
+      const fe = frameEnd[i]
+      if (tracker.frameAt(buf, fs, fe, inspector.classifyAt(buf, fs, fe))) {
+        inspecting = i
+        if (!scope.tryUnderParse(inspectFrame)) return i
+      }
+      if (judged(i)) return -1
+    }
+    return -1
+  }
+
+  /** The chunk's frames are judged: what may go out goes; STOP after a fatal, or wait for the client. */
+  const sendChunk = (): ChunkStep => {
+    frameBuf.fill(null, 0, count)
+    const failed = failureOf(tracker)
+    framesOut += admitted
+    // The caller is about to see the stream's terminal event: its session may go on now.
+    // (A relayed response.failed is one too: no tail follows it, see below.)
+    if (tracker.closed && (failed === null || (inBandRelayed && tracker.terminal === 'failed'))) scope.releaseLane()
+    const ok = flush(chunk, cut)
+    chunk = null
+    if (failed !== null) return STOP
+    if (!ok) return drained(res, signal, stallMs)
+  }
+
+  /** A frame waits for the parse permit: the rest of the chunk, asynchronously. */
+  const afterPermit = async (at: number): Promise<void | typeof STOP> => {
+    while (at >= 0) {
+      await scope.underParse(signal, inspectFrame)
+      at = judged(at) ? -1 : frames(at + 1)
+    }
+    return await sendChunk()
+  }
+
+  const onChunk = (data: Buffer): ChunkStep => {
+    chunk = data
+    count = 0
+    framer.push(data)
+    before = pendingBytes
+    // In pending + chunk coordinates: everything up to the partial frame may go out.
+    cut = before + data.length - framer.partialFrameBytes
+    admitted = 0
+    try {
+      scope.setFloating(framer.bufferedBytes, before + data.length + res.writableLength)
+    } catch (err) {
+      // No room to hold this chunk: none of it goes out, the stream ends here.
+      // A chunk larger than the whole budget is the provider's output, not the caller's
+      // request: reported as the local capacity it is, never storage_request_too_large.
+      const code = SluiceError.from(err).code
+      tracker.fail(code === 'storage_request_too_large' ? 'storage_budget_exhausted' : code, 'the stream needed more bytes than the storage budget had')
+      cut = 0
+    }
+    const at = frames(0)
+    return at < 0 ? sendChunk() : afterPermit(at)
+  }
+
+  try {
+    await pumpChunks(up.body, onChunk)
   } catch (err) {
     const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     if (se.code === 'client_stalled') {
@@ -283,7 +335,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   try {
     const held = new HeldAnswer(scope, cap, declared)
     try {
-      for await (const data of eachChunk(up.body)) held.push(data as Buffer)
+      await pumpChunks(up.body, (data) => { held.push(data) })
     } catch (err) {
       throw err instanceof SluiceError ? err : signal.aborted ? abortCause(signal) : transportError(err, signal)
     }

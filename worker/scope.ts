@@ -8,6 +8,7 @@
 //   exchange:  tookExchange()   (the gate's permit, FIFO)    reserve / tryReserve / unreserve
 //              underParse(fn)   (the parse permit, a short hold around fn; returned when fn
 //                                settles, a crashed parser's only after its thread's exit)
+//              tryUnderParse(fn) (the same for a synchronous fn, only if the permit is free now)
 //              setFloating()    (the relay's held-back and framer bytes)
 //   early:     releaseLane()    (just before the caller can see the end: its next prompt must
 //                                not meet this one's slot), giveBackTurn() (a local refusal)
@@ -129,6 +130,26 @@ export class ExchangeScope {
       this.parse = false
       this.ledger.parse.release()
     }
+  }
+
+  /**
+   * underParse without waiting, for a synchronous `fn`: runs it under the parse permit and
+   * returns true when the permit is free at once; returns false, fn not run, when it is taken
+   * (the caller then waits for it with underParse). The relay's per-frame checks take this
+   * path, so a chunk whose permit is free is handled without a promise.
+   */
+  tryUnderParse (fn: () => void): boolean {
+    this.assertOpen('underParse')
+    if (this.parse) throw new Error('exchange scope: the parse permit taken twice')
+    if (!this.ledger.parse.tryAcquire()) return false
+    this.parse = true
+    try {
+      fn()
+    } finally {
+      this.parse = false
+      this.ledger.parse.release()
+    }
+    return true
   }
 
   /**

@@ -47,6 +47,15 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
     return reply
   })
 
+  // Take the parse permit (waiting for it like any exchange) and hold it for `ms`: exchanges
+  // in every worker then find it taken and wait (the relays' waiting paths).
+  fastify.get<{ Querystring: { ms?: string } }>('/_test/hold-parse', async (req, reply) => {
+    await ledger.parse.acquire({})
+    const ms = Number(req.query.ms ?? 50)
+    setTimeout(() => ledger.parse.release(), ms)
+    return reply.send({ row: ledger.row, heldMs: ms })
+  })
+
   // Block this worker's event loop for `ms` (a stuck worker).
   fastify.get<{ Querystring: { ms?: string } }>('/_test/busy', (req, reply) => {
     reply.send({ row: ledger.row, busyMs: Number(req.query.ms ?? 1000) })

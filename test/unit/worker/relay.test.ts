@@ -207,3 +207,30 @@ t.test('a chunk larger than the whole storage budget is the local capacity, neve
   t.equal(r.outcome.code, 'storage_budget_exhausted')
   t.same(idleOf(r.run.ledger), [])
 })
+
+t.test('the parse permit taken by another exchange when a frame needs it: the relay waits for it, then goes on, byte-exact, at every split', async (t) => {
+  // The frames that are inspected (the finish chunk, usage, [DONE]) find the permit taken; it
+  // is given back a few milliseconds later. The relay takes the asynchronous path (pauses the
+  // body, waits, inspects, goes on with the rest of the chunk) and must end exactly as when
+  // the permit is free: every byte, whole frames only, the ledger idle.
+  const bytes = Buffer.from(GOOD.join(''))
+  const wrong: string[] = []
+  let waited = 0
+  for (let split = 0; split < bytes.length; split += 7) {
+    let held = false
+    const r = await relay(bytes, split, undefined, (ledger) => {
+      held = ledger.parse.tryAcquire()
+      const release = (): void => { held = false; ledger.parse.release() }
+      if (held) setTimeout(release, 3)
+    })
+    if (held) wrong.push(`split ${split}: the test's permit was not given back`)
+    if (!r.client.equals(bytes)) wrong.push(`split ${split}: the client got ${r.client.length} bytes, not the stream`)
+    if (r.outcome.code !== 'ok') wrong.push(`split ${split}: outcome ${r.outcome.code}`)
+    if (r.rec.frames !== GOOD.length || r.rec.evidence !== true) wrong.push(`split ${split}: rec ${JSON.stringify({ frames: r.rec.frames, evidence: r.rec.evidence })}`)
+    const idle = idleOf(r.run.ledger)
+    if (idle.length > 0) wrong.push(`split ${split}: ${idle.join('; ')}`)
+    waited += r.run.ledger.parse.snapshot().queuedTotal
+  }
+  t.same(wrong, [], 'every split')
+  t.ok(waited > 0, `the relay queued for the permit (${waited} times): the waiting path was taken`)
+})
