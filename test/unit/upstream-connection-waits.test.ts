@@ -42,5 +42,49 @@ for (const connections of [1, 2]) {
     }
     t.equal((await all).length, connections + 2, 'all answered')
     t.equal(waits.length, 2, 'nothing more')
+    await new Promise((r) => setImmediate(r)) // 'close' follows 'end'
+    t.equal(up.inFlightTo(s.url), 0, 'every request counted out of flight once its body was read')
   })
 }
+
+t.test('the in-flight count (which decides when the pool figures are read) comes back to 0 after a body destroyed, an abort and a refused connection', async (t) => {
+  const s = await server()
+  t.teardown(s.close)
+  const waits: number[] = []
+  const up = new Upstreams(upstreamSchema.parse({ connections: 1 }), { onConnectionWait: (_o, st) => waits.push(st.queued) })
+  t.teardown(() => up.close())
+  const p = provider(s.url)
+  // A body the relay leaves early: destroyed before its end.
+  const first = up.send(req(p))
+  while (s.held.length < 1) await new Promise((r) => setTimeout(r, 5))
+  s.held[0].write('{"partial":')
+  const r1 = await first
+  t.equal(up.inFlightTo(s.url), 1, 'in flight while its body is open')
+  r1.body.on('error', () => {}) // undici reports its own abort
+  const closed = new Promise((resolve) => r1.body.once('close', resolve))
+  r1.body.destroy()
+  await closed
+  t.equal(up.inFlightTo(s.url), 0, 'out once the body is destroyed')
+  s.held.splice(0)
+  // Aborted while waiting for the answer.
+  const ac = new AbortController()
+  const aborted = up.send({ ...req(p), signal: ac.signal })
+  while (s.held.length < 1) await new Promise((r) => setTimeout(r, 5))
+  ac.abort()
+  await aborted.then(() => t.fail('answered'), () => {})
+  await new Promise((r) => setImmediate(r))
+  t.equal(up.inFlightTo(s.url), 0, 'out once the request was aborted')
+  s.held.splice(0)
+  // Nobody listening at all.
+  const dead = provider('http://127.0.0.1:1')
+  await up.send(req(dead)).then(() => t.fail('answered'), () => {})
+  t.equal(up.inFlightTo('http://127.0.0.1:1'), 0, 'out once the connection was refused')
+  // With nothing in flight, a request that finds the connection free is not reported.
+  const again = up.send(req(p))
+  while (s.held.length < 1) await new Promise((r) => setTimeout(r, 5))
+  s.held[0].end('{}')
+  await (await again).body.text()
+  await new Promise((r) => setImmediate(r)) // 'close' follows 'end'
+  t.same(waits, [], 'no wait reported for a free connection')
+  t.equal(up.inFlightTo(s.url), 0)
+})
