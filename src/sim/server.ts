@@ -21,7 +21,7 @@
 import { timingSafeEqual } from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { AddressInfo, Socket } from 'node:net'
 import { setImmediate as yieldTurn } from 'node:timers/promises'
 import { chat } from './chat.ts'
 import { faultKeysOf, isObject, lastUserText, parseDirective, type SimProtocol } from './directive.ts'
@@ -76,7 +76,18 @@ export interface SimEndEvent {
   durationMs: number
   /** HTTP status sent, 0 when none was (reset, or the client left first). */
   status: number
+  /**
+   * performance.now() when the sim first read the end of this exchange's connection (its EOF
+   * or reset), when it did before the exchange ended. 'end' itself comes later, after the
+   * socket's close callback: a request on another connection read in the same event-loop turn
+   * is emitted before it, so an observer ordering exchanges (one at a time?) orders by this.
+   */
+  goneAt?: number
 }
+
+/** Where a connection's peer-gone time is kept on its socket (see SimEndEvent.goneAt). */
+const kGoneAt = Symbol('sim.goneAt')
+type MarkedSocket = Socket & { [kGoneAt]?: number }
 
 export interface SimStats {
   requests: number
@@ -279,7 +290,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     last_id: modelIds[modelIds.length - 1] ?? null,
   })
 
-  const finish = (ex: Exchange): void => {
+  const finish = (ex: Exchange, socket: MarkedSocket | null): void => {
     const outcome: SimOutcome = ex.faulted ? 'fault' : ex.res.writableFinished ? 'completed' : 'client-closed'
     counters.active--
     if (outcome === 'completed') counters.completed++
@@ -291,6 +302,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
       eventsSent: ex.eventsSent,
       durationMs: performance.now() - ex.start,
       status: ex.res.headersSent ? ex.res.statusCode : 0,
+      ...(outcome === 'client-closed' && socket?.[kGoneAt] !== undefined ? { goneAt: socket[kGoneAt] } : {}),
     })
   }
 
@@ -313,9 +325,10 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     const ex = new Exchange(++nextId, res)
     counters.requests++
     counters.active++
+    const socket: MarkedSocket | null = req.socket
     res.on('close', () => {
       ex.onClose()
-      finish(ex)
+      finish(ex, socket)
     })
     events.emit('request', { id: ex.id, method: req.method ?? 'GET', path, headers: req.headers, protocol: r.protocol, endpoint: r.endpoint, apiKey: key })
 
@@ -388,6 +401,12 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
         res.end('sluice sim internal error\n')
       } else res.destroy()
     })
+  })
+
+  server.on('connection', (socket: MarkedSocket) => {
+    const gone = (): void => { socket[kGoneAt] ??= performance.now() }
+    socket.once('end', gone)
+    socket.once('error', gone)
   })
 
   await new Promise<void>((resolve, reject) => {

@@ -159,6 +159,7 @@ t.test('abort mid-stream of the active one: the queued one then runs', async (t)
   t.equal((await b).status, 200, 'B runs once A\'s caller left')
   t.equal(outcomeOf('abm.a'), 'client-closed', 'the provider saw A\'s caller leave')
   t.same(seen('abm.'), ['abm.a', 'abm.b'])
+  t.ok(w.goneSeen('abm.a'), 'the sim read the end of A\'s connection (what orders A\'s end before B\'s request)')
   t.equal(maxInFlight((tag) => tag.startsWith('abm.')), 1, 'B started after A ended at the provider')
   // Released once the HTTP responses have closed: count after idle.
   await settled(t)

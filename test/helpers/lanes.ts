@@ -31,8 +31,13 @@ export function delta (a: Lanes, b: Lanes): Lanes {
 
 export class LaneWatch {
   readonly rig: Rig
-  /** What reached the sim, in order: a request arriving, a request ending. */
-  readonly log: Array<{ kind: 'req' | 'end'; tag: string; outcome?: string }> = []
+  /**
+   * What reached the sim, in order: a request arriving, a request ending. `at` orders them as
+   * the provider saw them: when a request was read, and when an exchange's connection was
+   * seen gone (SimEndEvent.goneAt, read before a request that came in the same event-loop turn;
+   * its 'end' is emitted after it), else when it ended.
+   */
+  readonly log: Array<{ kind: 'req' | 'end'; tag: string; outcome?: string; at: number; gone?: boolean }> = []
 
   constructor (rig: Rig) {
     this.rig = rig
@@ -40,9 +45,9 @@ export class LaneWatch {
     rig.sim.events.on('request', (e) => {
       const tag = String(e.headers['x-test-tag'] ?? '')
       tags.set(e.id, tag)
-      this.log.push({ kind: 'req', tag })
+      this.log.push({ kind: 'req', tag, at: performance.now() })
     })
-    rig.sim.events.on('end', (e) => this.log.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome }))
+    rig.sim.events.on('end', (e) => this.log.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome, at: e.goneAt ?? performance.now(), gone: e.goneAt !== undefined }))
   }
 
   /** A blocking exchange tagged `tag`; `sim` is the `#sim` directive for the provider. */
@@ -83,6 +88,11 @@ export class LaneWatch {
     return this.log.filter((e) => e.kind === 'req' && e.tag.startsWith(prefix)).map((e) => e.tag)
   }
 
+  /** Whether the sim read the end of `tag`'s connection before the exchange ended (SimEndEvent.goneAt). */
+  goneSeen (tag: string): boolean {
+    return this.log.find((e) => e.kind === 'end' && e.tag === tag)?.gone === true
+  }
+
   outcomeOf (tag: string): string | undefined {
     return this.log.find((e) => e.kind === 'end' && e.tag === tag)?.outcome
   }
@@ -91,7 +101,8 @@ export class LaneWatch {
   maxInFlight (match: (tag: string) => boolean): number {
     let n = 0
     let max = 0
-    for (const e of this.log) {
+    // Stable: entries of one moment keep their order of arrival.
+    for (const e of this.log.toSorted((a, b) => a.at - b.at)) {
       if (!match(e.tag)) continue
       n += e.kind === 'req' ? 1 : -1
       max = Math.max(max, n)
