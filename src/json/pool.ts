@@ -104,7 +104,7 @@ export class ParserPool {
   #retired = 0
   #closing: Promise<void> | null = null
   readonly #onDemand: boolean
-  #warming = false
+  #warming: Promise<void> | null = null
 
   constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE }: ParserPoolOptions) {
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
@@ -138,12 +138,15 @@ export class ParserPool {
    * read, a provider's JSON answer) finds it up instead of waiting for it while holding the
    * parse permit. A no-op when a thread is running or starting, and for always-warm pools.
    * Its outcome is nobody's: a thread that fails here is counted (threadsLost) and replaced
-   * like any other.
+   * like any other. The promise (which never rejects) settles when that empty task has; at
+   * once when there was nothing to start. Nobody needs to wait for it (tests do).
    */
-  warm (): void {
-    if (!this.#onDemand || this.#warming || this.#closing !== null || this.#threads.size > 0) return
-    this.#warming = true
-    this.#piscina.run({ kind: 'warm' }).then(() => { this.#warming = false }, () => { this.#warming = false })
+  warm (): Promise<void> {
+    if (this.#warming !== null) return this.#warming
+    if (!this.#onDemand || this.#closing !== null || this.#threads.size > 0) return Promise.resolve()
+    const done = (): void => { this.#warming = null }
+    this.#warming = this.#piscina.run({ kind: 'warm' }).then(done, done)
+    return this.#warming
   }
 
   /**

@@ -272,13 +272,15 @@ t.test('on demand: warm() starts one thread ahead of the parse, once, and the pa
   const pool = new ParserPool({ threads: 2, heapMb: 16, youngGenMb: 4, idleMs: 60_000 })
   t.teardown(() => pool.close())
   t.equal(pool.stats().threadsAlive, 0, 'no thread at start')
-  pool.warm()
-  pool.warm()
+  const first = pool.warm()
+  const second = pool.warm()
   pool.warm()
   t.equal(watch.created.length, 1, 'three calls while it starts: one thread')
-  // Let the warm task be answered (the thread up and idle), without a parse.
-  await new Promise((r) => setTimeout(r, 300))
-  pool.warm()
+  t.equal(second, first, 'the same warm-up')
+  // The warm task answered (the thread up and idle), without a parse.
+  await first
+  t.equal(pool.stats().threadsAlive, 1)
+  await pool.warm()
   t.equal(watch.created.length, 1, 'a running thread: warm() does nothing')
   const a = await pool.prepare(task(enc.encode('{"model":"a"}')))
   t.ok(a.ok && a.model === 'a')
