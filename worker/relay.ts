@@ -16,7 +16,6 @@
 // parser pool before any byte goes out, so every failure of a non-streaming answer reaches the
 // caller as the signed JSON refusal (see relayBuffered).
 
-import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
@@ -50,11 +49,25 @@ interface RelayContext {
  * client_stalled when it read nothing for `stallMs` (a stuck client must not hold its permit
  * forever).
  */
-export async function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
-  if (signal.aborted) throw abortCause(signal)
-  const stall = AbortSignal.timeout(stallMs)
-  await once(res, 'drain', { signal: AbortSignal.any([signal, stall]) }).catch(() => {
-    throw signal.aborted ? abortCause(signal) : new SluiceError('client_stalled', { stallMs })
+export function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
+  if (signal.aborted) return Promise.reject(abortCause(signal))
+  // Plain listeners and one timer: at throughput a relay waits here every few chunks, and
+  // AbortSignal.timeout + AbortSignal.any + events.once cost a fifth of its per-chunk time.
+  return new Promise<void>((resolve, reject) => {
+    const finish = (err: SluiceError | null): void => {
+      clearTimeout(stall)
+      res.off('drain', onDrain)
+      res.off('error', onFail)
+      signal.removeEventListener('abort', onFail)
+      if (err === null) resolve()
+      else reject(err)
+    }
+    const onDrain = (): void => finish(null)
+    const onFail = (): void => finish(signal.aborted ? abortCause(signal) : new SluiceError('client_stalled', { stallMs }))
+    const stall = setTimeout(onFail, stallMs)
+    res.once('drain', onDrain)
+    res.once('error', onFail)
+    signal.addEventListener('abort', onFail)
   })
 }
 
