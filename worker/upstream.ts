@@ -312,8 +312,7 @@ export class Upstreams {
     const mayWait = entry.inFlight >= this.cfg.connections
     const queuedBefore = mayWait ? pool.stats.queued : 0
     entry.inFlight++
-    let counted = true
-    const done = (): void => { if (counted) { counted = false; entry.inFlight-- } }
+    const done = (): void => { entry.inFlight-- }
     const p = pool.request({
       method: 'POST',
       path: url.path,
@@ -323,7 +322,8 @@ export class Upstreams {
       headersTimeout: this.cfg.firstByteTimeoutMs,
       bodyTimeout: this.cfg.idleTimeoutMs,
     })
-    // In flight until its body closes (ended, or destroyed by the relay), or the request failed.
+    // In flight until its body closes (ended, or destroyed by the relay), or the request failed:
+    // exactly one of these runs `done`, once.
     p.then((up) => { if (up.body.closed) done(); else up.body.once('close', done) }, done)
     if (mayWait) {
       const st = pool.stats
