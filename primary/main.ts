@@ -24,6 +24,7 @@ import { VERSION } from '../src/version.ts'
 import { createLogger } from '../src/log.ts'
 import { moduleUrl } from '../src/modules.ts'
 import { startIdleCollector } from '../src/idle-gc.ts'
+import { MallocTrimmer } from '../src/malloc-trim.ts'
 
 /** The embedded sim's address: never another interface (it is unauthenticated). */
 const SIM_HOST = '127.0.0.1'
@@ -108,9 +109,18 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     testHooks: opts.testHooks ?? process.env.SLUICE_TEST_HOOKS === '1',
     signingKey: signingKey(config, log),
   })
+  // After any thread's idle collection (or a thread's exit), one malloc_trim for the process:
+  // what the threads freed into malloc's arenas goes back to the kernel (src/malloc-trim.ts).
+  let trimmedBytes = 0
+  const trimmer = new MallocTrimmer({
+    onTrim: (r) => {
+      trimmedBytes += Math.max(0, r.rssBefore - r.rssAfter)
+      log.debug({ reasons: r.reasons, rssBeforeMb: +(r.rssBefore / 2 ** 20).toFixed(1), rssAfterMb: +(r.rssAfter / 2 ** 20).toFixed(1), ms: +r.ms.toFixed(2) }, 'malloc trimmed')
+    },
+  })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h), providers: () => ledger.providers.snapshot() }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h), providers: () => ledger.providers.snapshot(), trims: () => ({ trims: trimmer.trims, releasedBytes: trimmedBytes }) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err
@@ -125,12 +135,15 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     throw err
   }
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
-  const stopIdleCollector = startIdleCollector()
+  supervisor.on('released', (w, why) => trimmer.request(`worker ${w.row}: ${why}`))
+  supervisor.on('exit', (w) => trimmer.request(`worker ${w.row}: exit`))
+  const stopIdleCollector = startIdleCollector({ onCollect: () => trimmer.request('primary: idle-collection') })
 
   let shuttingDown: Promise<void> | null = null
   const shutdown = (reason = 'shutdown'): Promise<void> => {
     shuttingDown ??= (async () => {
       stopIdleCollector()
+      trimmer.close()
       const drainStarted = Date.now()
       const at = ledger.exchange.snapshot()
       log.info({ reason, active: at.active, queued: at.queued, drainMs: config.limits.drainMs }, 'draining')

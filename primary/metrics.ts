@@ -22,6 +22,8 @@ export interface PrimaryCounters {
   histogram?: (hist: number) => { buckets: number[]; sumMs: number; count: number }
   /** Provider accounts, circuit breakers and retries (src/ledger/providers.ts). */
   providers?: () => ProvidersSnapshot
+  /** Idle malloc trims (src/malloc-trim.ts): how many ran, and the RSS they gave back. */
+  trims?: () => { trims: number, releasedBytes: number }
 }
 
 const BREAKER_VALUE = { closed: 0, open: 1, 'half-open': 2 } as const
@@ -153,6 +155,9 @@ export function renderMetrics (s: LedgerSnapshot, sup: Supervisor, counters: Pri
   if (counters.histogram) {
     for (const [hist, name, help] of HISTOGRAMS) w.histogram(name, help, counters.histogram(hist))
   }
+  const tr = counters.trims?.()
+  w.metric('sluice_malloc_trims_total', 'counter', 'Idle malloc_trim calls: after a thread\'s idle collection or a parser thread\'s retirement, free malloc pages go back to the kernel.', tr?.trims ?? 0)
+  w.metric('sluice_malloc_trim_released_bytes_total', 'counter', 'Resident memory the idle malloc trims gave back (RSS before minus after).', tr?.releasedBytes ?? 0)
   // Providers: accounts (labelled as src/routing.ts providerSlots indexes them), breakers, retries.
   const pv = counters.providers?.()
   const slots = providerSlots(config.providers)

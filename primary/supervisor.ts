@@ -40,6 +40,8 @@ export interface WorkerState {
 export interface SupervisorEvents {
   exit: [WorkerState, Reclaimed]
   listening: [WorkerState]
+  /** The worker gave memory back (idle collection, parser thread retired). */
+  released: [WorkerState, string]
 }
 
 export class Supervisor extends EventEmitter<SupervisorEvents> {
@@ -156,6 +158,8 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       } else if (msg.type === 'drained') {
         w.drained = true
         this.log.info({ worker: w.row, generation }, 'worker drained')
+      } else if (msg.type === 'released') {
+        this.emit('released', w, msg.why)
       } else if (msg.type === 'fatal') {
         error = msg.error
         this.log.error({ worker: w.row, generation, err: msg.error }, 'worker failed')

@@ -77,7 +77,7 @@ const ENTRIES = [
   'bin/sluice.ts', 'primary/main.ts', 'primary/sim-thread.ts',
   'worker/boot.ts', 'worker/main.ts', 'src/json/task.ts', 'src/load/sim-child.ts',
 ]
-const EXTERNAL = ['piscina', '@opentelemetry/*', 'gpt-tokenizer']
+const EXTERNAL = ['piscina', '@opentelemetry/*', 'gpt-tokenizer', 'koffi']
 /**
  * Files undici requires lazily, on its first connection: its HTTP/1 parsers as WebAssembly
  * (llhttp and milo, each with and without SIMD, ~300 KB of base64 between them, one of which

@@ -31,3 +31,5 @@ export type WorkerToPrimary =
   | { readonly type: 'listening'; readonly port: number }
   | { readonly type: 'fatal'; readonly error: string }
   | { readonly type: 'drained' }
+  /** This thread gave memory back (its idle collection ran, its parser thread retired): the primary trims malloc (src/malloc-trim.ts). */
+  | { readonly type: 'released'; readonly why: 'idle-collection' | 'parser-retired' }

@@ -47,13 +47,14 @@ export function startIdleCollector (opts: IdleCollectorOptions = {}): () => void
     const now = performance.eventLoopUtilization()
     const u = performance.eventLoopUtilization(now, last).utilization
     last = now
-    if (decider.tick(u)) void collect().then(() => { if (!stopped) opts.onCollect?.() })
+    if (decider.tick(u)) void collectGarbage().then(() => { if (!stopped) opts.onCollect?.() })
   }, opts.everyMs ?? 5000)
   timer.unref()
   return () => { stopped = true; clearInterval(timer) }
 }
 
-async function collect (): Promise<void> {
+/** One full collection of this thread's heap, now (the inspector's HeapProfiler.collectGarbage). */
+export async function collectGarbage (): Promise<void> {
   let inspector: typeof import('node:inspector')
   try { inspector = await import('node:inspector') } catch { return }
   const session = new inspector.Session()

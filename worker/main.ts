@@ -28,6 +28,7 @@ const app = await buildApp({
   simUrl: boot.simUrl,
   signingKey: Buffer.from(boot.signingKey, 'base64'),
   log,
+  onReleased: (why) => send({ type: 'released', why }),
 })
 
 const reportHeap = (): void => {
@@ -59,8 +60,9 @@ try {
   await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
   const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
-  // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts).
-  startIdleCollector()
+  // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts);
+  // then the primary trims malloc's arenas (src/malloc-trim.ts) for what the GC freed there.
+  startIdleCollector({ onCollect: () => send({ type: 'released', why: 'idle-collection' }) })
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })
   process.exit(1)

@@ -67,6 +67,8 @@ export interface ParserPoolOptions {
   idleMs?: number
   /** Tests only: another task file with the same contract as ./task.ts. */
   filename?: string
+  /** Called when a thread retired idle has exited (its memory is back with the process). */
+  onRetired?: () => void
 }
 
 export interface ParserPoolStats {
@@ -106,7 +108,10 @@ export class ParserPool {
   readonly #onDemand: boolean
   #warming: Promise<void> | null = null
 
-  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE }: ParserPoolOptions) {
+  readonly #onRetired: (() => void) | undefined
+
+  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE, onRetired }: ParserPoolOptions) {
+    this.#onRetired = onRetired
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
     for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
@@ -240,7 +245,7 @@ export class ParserPool {
       if (this.#closing === null) {
         // Still listed: piscina did not retire or terminate it, it just stopped.
         if (tracked.failed || this.#piscina?.threads.includes(worker)) this.#lost++
-        else this.#retired++
+        else { this.#retired++; this.#onRetired?.() }
       }
       resolve()
     }

@@ -77,6 +77,8 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   // gpt-tokenizer's encoder (megabytes) is required on the first count_tokens, from node_modules.
   const all = text(new Set(files))
   t.ok(all.includes('"gpt-tokenizer/encoding/o200k_base"') && !all.includes('mergeable tokens and special tokens'), 'gpt-tokenizer is required at run time, not bundled')
+  // koffi (malloc_trim, src/malloc-trim.ts) is required on the first idle trim, in the primary only.
+  t.ok(text(primary).includes('"koffi"') && !text(worker).includes('"koffi"') && !all.includes('koffi.node'), 'koffi is required at run time by the primary, not bundled')
   for (const thread of ['primary/sim-thread.js', 'src/json/task.js']) {
     const got = text(loads(thread))
     t.ok(!zod.test(got) && !fastify.test(got), `${thread}: neither zod nor fastify`)

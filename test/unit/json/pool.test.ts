@@ -251,7 +251,8 @@ t.test('options are validated', async (t) => {
 t.test('on demand (idleMs): no thread until a task needs one, retired when idle (not lost), a fresh one for the next task', async (t) => {
   const watch = watchThreads()
   t.teardown(watch.stop)
-  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 150 })
+  let retiredCalls = 0
+  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 150, onRetired: () => { retiredCalls++ } })
   t.teardown(() => pool.close())
   t.equal(pool.stats().threadsAlive, 0, 'no thread at start')
   t.equal(watch.created.length, 0)
@@ -260,6 +261,7 @@ t.test('on demand (idleMs): no thread until a task needs one, retired when idle 
   t.equal(watch.created.length, 1)
   for (let i = 0; i < 500 && pool.stats().threadsAlive > 0; i++) await new Promise((r) => setTimeout(r, 20))
   t.match(pool.stats(), { threadsAlive: 0, threadsRetired: 1, threadsLost: 0, failed: 0 }, 'retired after idleMs, counted as retired, not lost')
+  t.equal(retiredCalls, 1, 'onRetired once, after its exit')
   const b = await pool.prepare(task(enc.encode('{"model":"b"}')))
   t.ok(b.ok && b.model === 'b', 'the next task runs')
   t.equal(watch.created.length, 2, 'on a fresh thread')
@@ -297,12 +299,14 @@ t.test('on demand: warm() starts one thread ahead of the parse, once, and the pa
 t.test('on demand: a thread that dies by an uncaught error is lost, and the call settles only after its exit', async (t) => {
   const watch = watchThreads()
   t.teardown(watch.stop)
-  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 60_000, filename: CRASH_TASK })
+  let retiredCalls = 0
+  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 60_000, filename: CRASH_TASK, onRetired: () => { retiredCalls++ } })
   t.teardown(() => pool.close())
   const res = await settle(pool.prepare(task(enc.encode('{"model":"m"}'))), watch.now)
   t.equal(res.error?.code, 'worker_lost')
   t.equal(watch.exits.filter((e) => e.seq < res.at).length, 1, 'settled after the thread exit')
   t.match(pool.stats(), { threadsLost: 1, threadsRetired: 0, failed: 1 })
+  t.equal(retiredCalls, 0, 'a lost thread is not reported retired')
 })
 
 t.test('on demand: a body that blows the heap is lost (worker_heap_exhausted), not retired', async (t) => {
