@@ -116,9 +116,11 @@ export function refusedAtTheDoor (deps: ExchangeDeps, req: IncomingMessage, res:
 export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route: Route, req: IncomingMessage, res: ServerResponse, opts: RunOptions = {}): Promise<ExchangeRecord> {
   const started = performance.now()
   const { scope, lane } = accepted
-  // After an idle spell the parser pool has no thread (limits.parserIdleMs): start it now, so
-  // its start-up overlaps the body read and the provider's answer, not a held parse permit.
-  deps.parser.warm()
+  // After an idle spell the parser pool has no thread (limits.parserIdleMs). A body that will
+  // be parsed there (declared at or above inWorkerParseBytes, or of unknown length) starts it
+  // now, so its start-up overlaps the body read, not a held parse permit. A small body is
+  // parsed in this thread and needs none (a JSON answer warms it below, after the parse).
+  if (bodyMayNeedThePool(req, deps.config.limits)) deps.parser.warm()
   const rec = newRecord({
     exchangeId: accepted.exchangeId,
     runId: accepted.runId,
@@ -205,6 +207,9 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     }
     rec.model = prepared.model
     rec.stream = prepared.stream && route !== 'count_tokens'
+    // A JSON answer is read in the parser pool (worker/relay.ts relayBuffered): start its
+    // thread now, so that its start-up overlaps the provider's answer.
+    if (!rec.stream) deps.parser.warm()
 
     // 4. Where it goes, and whether this key may go there.
     Router.checkPin(accepted.key, prepared.requestedModel, prepared.model)
@@ -472,6 +477,14 @@ function answerLocally (res: ServerResponse, rec: ExchangeRecord, body: Uint8Arr
   res.end(body)
   rec.status = 200
   rec.bytesOut = body.byteLength
+}
+
+/** Whether the request's body may be parsed in the parser pool: no declared length, or one at or above inWorkerParseBytes. */
+export function bodyMayNeedThePool (req: IncomingMessage, limits: ExchangeDeps['config']['limits']): boolean {
+  const declared = req.headers['content-length']
+  if (declared === undefined) return true
+  const n = Number(declared)
+  return !Number.isFinite(n) || n >= inWorkerParseBytes(limits)
 }
 
 function isEventStream (headers: Dispatcher.ResponseData['headers']): boolean {
