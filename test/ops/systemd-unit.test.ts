@@ -227,6 +227,15 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
     t.equal(res.statusCode, 200, `${path} answered`)
   }
   for (const path of ['/metrics', '/healthz', '/readyz', '/capabilities']) await (await request(`http://127.0.0.1:${ready.adminPort}${path}`)).body.text()
+  // And an idle spell long enough for the idle collection and the malloc_trim after it (koffi
+  // loaded, the call made on the thread pool: src/malloc-trim.ts).
+  let trims = 0
+  for (let i = 0; i < 120 && trims === 0; i++) {
+    await new Promise((r) => setTimeout(r, 250))
+    const m = /^sluice_malloc_trims_total (\d+)$/m.exec(await (await request(`http://127.0.0.1:${ready.adminPort}/metrics`)).body.text())
+    trims = Number(m?.[1] ?? 0)
+  }
+  t.ok(trims >= 1, `an idle malloc_trim ran under strace (${trims})`)
   process.kill(ready.pid, 'SIGTERM') // sluice itself, not strace
   t.equal(await exited, 0, 'drained and exited 0 under strace')
 
