@@ -95,10 +95,10 @@ const TINY_BODY = body('tokens=1')
 const PARSER_IDLE_MS = limitsSchema.parse({}).parserIdleMs
 /**
  * The malloc setting every production launcher of sluice sets (`npm start`, the systemd units,
- * the container: two glibc arenas, not one per thread), given to the pass-through too, so the
+ * the container: one glibc arena, not one per thread), given to the pass-through too, so the
  * two run on the same allocator settings. Unless this process already has one.
  */
-const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '2' }
+const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '1' }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 function within<T> (p: Promise<T>, ms: number): Promise<T | null> {

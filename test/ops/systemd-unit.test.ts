@@ -255,7 +255,7 @@ t.test('the template sluice@.service is sluice.service plus the instance lines o
   const tpl = parseUnit(readFileSync(TEMPLATE, 'utf8'))
   const differs: Record<string, string[]> = {
     'Unit.Description': ['sluice model-exchange gateway, instance %i'],
-    'Service.Environment': ['NODE_COMPILE_CACHE=/var/cache/sluice', 'MALLOC_ARENA_MAX=2', 'SLUICE_INSTANCE_ID=%H:%i'],
+    'Service.Environment': ['NODE_COMPILE_CACHE=/var/cache/sluice', 'MALLOC_ARENA_MAX=1', 'SLUICE_INSTANCE_ID=%H:%i'],
     'Service.EnvironmentFile': ['-/etc/sluice/env', '/etc/sluice/instance-%i.env'],
   }
   t.same([...tpl.keys()], [...unit.keys()], 'the same sections')
