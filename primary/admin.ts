@@ -3,7 +3,8 @@
 // every HTTP worker is saturated, stuck or dead. Plain node:http: four fixed routes do not
 // need a framework, and the primary stays small.
 
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import { nodeHttp } from '../src/net/node-http.ts'
 import type { Config } from '../src/config/schema.ts'
 import { SluiceError } from '../src/errors.ts'
 import { capabilities } from '../src/capabilities.ts'
@@ -22,7 +23,7 @@ export interface AdminDeps {
 
 export function startAdmin (deps: AdminDeps, host: string, port: number): Promise<Server> {
   const caps = JSON.stringify(capabilities(deps.config, deps.version))
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  const server = nodeHttp.createServer((req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? '/').split('?')[0]
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       return send(res, 405, 'application/json', JSON.stringify(new SluiceError('method_not_allowed', { allow: 'GET, HEAD' }, 'admin routes are GET (or HEAD) only').toBody()), { allow: 'GET, HEAD' })

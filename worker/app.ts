@@ -1,7 +1,7 @@
 // The fastify application of one HTTP worker.
 
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
-import { maxHeaderSize } from 'node:http'
+import { nodeHttp } from '../src/net/node-http.ts'
 import { SluiceError } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Config } from '../src/config/schema.ts'
@@ -92,7 +92,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
           : SluiceError.from(err)
       refuseReply(deps.ledger, reply, se)
     },
-    clientErrorHandler: (err, socket) => onClientError(deps.ledger, { headersTimeoutMs: deps.config.limits.headersTimeoutMs, maxHeaderBytes: maxHeaderSize }, err, socket),
+    clientErrorHandler: (err, socket) => onClientError(deps.ledger, { headersTimeoutMs: deps.config.limits.headersTimeoutMs, maxHeaderBytes: nodeHttp.maxHeaderSize }, err, socket),
   })
   fastify.server.on('checkExpectation', (req, res) => onCheckExpectation(deps.ledger, req, res))
   fastify.addHook('onRequest', (req, reply, done) => {

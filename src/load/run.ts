@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url'
 import { spawnSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { get } from 'node:http'
+import { nodeHttp } from '../net/node-http.ts'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
@@ -120,7 +120,7 @@ export function killAllSync (): void {
 export function healthProbe (adminPort: number, timeoutMs: number): Promise<{ ok: boolean; ms: number }> {
   const t0 = performance.now()
   return new Promise((resolve) => {
-    const req = get({ host: '127.0.0.1', port: adminPort, path: '/healthz', agent: false, timeout: timeoutMs }, (res) => {
+    const req = nodeHttp.get({ host: '127.0.0.1', port: adminPort, path: '/healthz', agent: false, timeout: timeoutMs }, (res) => {
       res.resume()
       res.on('end', () => resolve({ ok: res.statusCode === 200, ms: performance.now() - t0 }))
       res.on('error', () => resolve({ ok: false, ms: performance.now() - t0 }))

@@ -1,7 +1,8 @@
 // A raw HTTP probe and SSE splitter for tests: sees exact bytes, resets and stalls that an
 // SDK would hide or retry. Used by the sim's own tests; usable against the gateway too.
 
-import { request, type IncomingHttpHeaders } from 'node:http'
+import type { IncomingHttpHeaders } from 'node:http'
+import { nodeHttp } from '../net/node-http.ts'
 import type { Sim, SimBodyEvent, SimEndEvent, SimRequestEvent } from './server.ts'
 
 export interface RawResponse {
@@ -68,7 +69,7 @@ export function rawRequest(baseUrl: string, opts: RawRequestOptions): Promise<Ra
         done()
       }, opts.idleMs)
     }
-    const req = request(url, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, agent: false }, res => {
+    const req = nodeHttp.request(url, { method: opts.method ?? (payload === undefined ? 'GET' : 'POST'), headers, agent: false }, res => {
       out.status = res.statusCode ?? 0
       out.headers = res.headers
       out.headMs = performance.now() - start

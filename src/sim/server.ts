@@ -20,7 +20,8 @@
 
 import { timingSafeEqual } from 'node:crypto'
 import { EventEmitter } from 'node:events'
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http'
+import { nodeHttp } from '../net/node-http.ts'
 import type { AddressInfo, Socket } from 'node:net'
 import { setImmediate as yieldTurn } from 'node:timers/promises'
 import { chat } from './chat.ts'
@@ -392,7 +393,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     else await jsonResponse(ex, renderer, script, idHeaders)
   }
 
-  const server = createServer((req, res) => {
+  const server = nodeHttp.createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
       // A bug in the sim must not look like a provider behaviour: make it loud and obvious.
       console.error('sluice sim: internal error', err)

@@ -53,6 +53,10 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   }
   t.same(missing, [], 'every relative import names a file of dist/')
   t.same(outside, [], 'every other import is a builtin or a declared external')
+  // node:http as an ES import builds its ESM facade, whose lazy WebSocket/CloseEvent/MessageEvent
+  // exports load Node's bundled undici in that thread (src/net/node-http.ts): required instead.
+  const esmHttp = files.filter((f) => /(?:from|import)\s*["']node:http["']/.test(readFileSync(join(dist, f), 'utf8')))
+  t.same(esmHttp, [], 'no file imports node:http as an ES module')
   t.ok(graph.get('worker/main.js')!.statics.length > 0 && graph.get('bin/sluice.js')!.dynamics.length >= 3, 'imports are seen (the parse has teeth)')
   // What a thread loads before it runs: its entry and the chunks it imports statically.
   const loads = (f: string, seen = new Set<string>()): Set<string> => {
