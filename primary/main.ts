@@ -111,16 +111,12 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   })
   // After any thread's idle collection (or a thread's exit), one malloc_trim for the process:
   // what the threads freed into malloc's arenas goes back to the kernel (src/malloc-trim.ts).
-  let trimmedBytes = 0
   const trimmer = new MallocTrimmer({
-    onTrim: (r) => {
-      trimmedBytes += Math.max(0, r.rssBefore - r.rssAfter)
-      log.debug({ reasons: r.reasons, rssBeforeMb: +(r.rssBefore / 2 ** 20).toFixed(1), rssAfterMb: +(r.rssAfter / 2 ** 20).toFixed(1), ms: +r.ms.toFixed(2) }, 'malloc trimmed')
-    },
+    onTrim: (r) => log.debug({ reasons: r.reasons, rssBeforeMb: +(r.rssBefore / 2 ** 20).toFixed(1), rssAfterMb: +(r.rssAfter / 2 ** 20).toFixed(1), ms: +r.ms.toFixed(2) }, 'malloc trimmed'),
   })
   let admin: Server
   try {
-    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h), providers: () => ledger.providers.snapshot(), trims: () => ({ trims: trimmer.trims, releasedBytes: trimmedBytes }) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
+    admin = await startAdmin({ config, ledger, supervisor, counters: { refusals: () => ledger.refusals(), events: () => eventRing.snapshot(), continuations: storeRepair ? () => storeRepair.snapshot() : undefined, gauges: () => ledger.gauges(), histogram: (h) => ledger.histogram(h), providers: () => ledger.providers.snapshot(), trims: () => ({ trims: trimmer.trims, releasedBytes: trimmer.releasedBytes }) }, startedAt, version: VERSION }, config.listen.adminHost, config.listen.adminPort)
   } catch (err) {
     await sim?.worker.terminate()
     throw err

@@ -73,6 +73,7 @@ export class MallocTrimmer {
   #reasons = new Set<string>()
   #closed = false
   #trims = 0
+  #releasedBytes = 0
 
   /** A trim in progress. */
   #running = false
@@ -86,10 +87,16 @@ export class MallocTrimmer {
   /** How many trims have run. */
   get trims (): number { return this.#trims }
 
+  /** The RSS they gave back, in all (each trim's fall, never negative), bytes. */
+  get releasedBytes (): number { return this.#releasedBytes }
+
   request (reason = 'requested'): void {
     if (this.#closed) return
     this.#reasons.add(reason)
-    if (this.#timer !== null || this.#running) return
+    if (this.#timer === null && !this.#running) this.#arm()
+  }
+
+  #arm (): void {
     this.#timer = setTimeout(() => { void this.#run() }, this.#delayMs)
     this.#timer.unref()
   }
@@ -111,14 +118,13 @@ export class MallocTrimmer {
       this.#running = false
     }
     if (ran) {
+      const rssAfter = process.memoryUsage.rss()
       this.#trims++
-      this.#onTrim?.({ rssBefore, rssAfter: process.memoryUsage.rss(), ms: performance.now() - t0, reasons })
+      this.#releasedBytes += Math.max(0, rssBefore - rssAfter)
+      this.#onTrim?.({ rssBefore, rssAfter, ms: performance.now() - t0, reasons })
     }
     // Asked again while this one ran: one more, after the delay.
-    if (this.#reasons.size > 0 && !this.#closed) {
-      this.#timer = setTimeout(() => { void this.#run() }, this.#delayMs)
-      this.#timer.unref()
-    }
+    if (this.#reasons.size > 0 && !this.#closed) this.#arm()
   }
 
   close (): void {

@@ -40,8 +40,8 @@ export interface AppDeps {
   simUrl: string | null
   signingKey: Buffer
   log: Logger
-  /** Memory went back to the process (a parser thread retired): the primary trims malloc. */
-  onReleased?: (why: 'parser-retired') => void
+  /** A parser thread retired idle has exited (its memory is back with the process). */
+  onParserRetired?: () => void
 }
 
 export interface App {
@@ -110,7 +110,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     auth: new Authenticator(deps.config.keys),
     router: new Router(deps.config.providers, deps.simUrl, process.env),
     upstreams: new Upstreams(deps.config.upstream, { providers: deps.ledger.providers, log: (fields, msg) => deps.log.info(fields, msg), onConnectionWait: connectionWaitReporter(deps) }),
-    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb, idleMs: limits.parserIdleMs, onRetired: deps.onReleased && (() => deps.onReleased!('parser-retired')) }),
+    parser: new ParserPool({ threads: limits.parserThreads, heapMb: limits.parserHeapMb, youngGenMb: limits.parserYoungGenMb, idleMs: limits.parserIdleMs, onRetired: deps.onParserRetired }),
     turns: new TurnPins(deps.ledger),
     ring: new EventRing(deps.events, deps.ledger.row),
     continuations: deps.continuations ? new ConversationStore(deps.continuations, deps.ledger.row) : null,

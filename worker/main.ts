@@ -28,7 +28,7 @@ const app = await buildApp({
   simUrl: boot.simUrl,
   signingKey: Buffer.from(boot.signingKey, 'base64'),
   log,
-  onReleased: (why) => send({ type: 'released', why }),
+  onParserRetired: () => send({ type: 'released', why: 'parser-retired' }),
 })
 
 const reportHeap = (): void => {

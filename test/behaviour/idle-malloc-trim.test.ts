@@ -7,8 +7,8 @@ import t from 'tap'
 import { request } from 'undici'
 import { KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { HAS_GLIBC as glibc } from '../helpers/platform.ts'
 
-const glibc = process.platform === 'linux' && Boolean((process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime)
 
 let rig: Rig
 t.before(async () => {

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { limitsSchema } from '../../src/config/schema.ts'
+import { scrape } from '../../src/load/scrape.ts'
 import { ROOT } from '../helpers/gateway.ts'
 import { buildDist } from '../helpers/build.ts'
 
@@ -232,8 +233,7 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
   let trims = 0
   for (let i = 0; i < 120 && trims === 0; i++) {
     await new Promise((r) => setTimeout(r, 250))
-    const m = /^sluice_malloc_trims_total (\d+)$/m.exec(await (await request(`http://127.0.0.1:${ready.adminPort}/metrics`)).body.text())
-    trims = Number(m?.[1] ?? 0)
+    trims = (await scrape(ready.adminPort)).get('sluice_malloc_trims_total') ?? 0
   }
   t.ok(trims >= 1, `an idle malloc_trim ran under strace (${trims})`)
   process.kill(ready.pid, 'SIGTERM') // sluice itself, not strace

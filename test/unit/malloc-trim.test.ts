@@ -4,27 +4,49 @@ import t from 'tap'
 import { readFileSync } from 'node:fs'
 import { MallocTrimmer, trimMalloc } from '../../src/malloc-trim.ts'
 import { collectGarbage } from '../../src/idle-gc.ts'
+import { HAS_GLIBC as glibc } from '../helpers/platform.ts'
 
-const glibc = process.platform === 'linux' && Boolean((process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime)
 
 /** Resident anonymous memory of this process, bytes (smaps_rollup: what malloc holds is here). */
 function anonBytes (): number {
   return Number(/^Anonymous:\s+(\d+) kB/m.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'))![1]) * 1024
 }
 
-t.test('malloc_trim gives back the free pages in the middle of an arena', { skip: glibc ? false : 'needs glibc' }, async (t) => {
-  // 48 KiB backing stores come from malloc (below its mmap threshold). Keep every 16th so
-  // that the freed ones are holes in the middle, which free() alone never returns.
+/**
+ * ~88 MiB freed in the middle of malloc's arenas: 48 KiB backing stores come from malloc (below
+ * its mmap threshold), and every 16th is kept, so the freed ones are holes that free() alone
+ * never returns. Returns the kept ones.
+ */
+async function fragment (): Promise<Buffer[]> {
   let bufs: Buffer[] = Array.from({ length: 2000 }, () => Buffer.allocUnsafeSlow(48 * 1024).fill(1))
   const kept = bufs.filter((_, i) => i % 16 === 0)
   bufs = []
   await collectGarbage()
   await collectGarbage() // backing stores are freed after the collection that finds them dead
+  return kept
+}
+
+t.test('malloc_trim gives back the free pages in the middle of an arena', { skip: glibc ? false : 'needs glibc' }, async (t) => {
+  const kept = await fragment()
   const before = anonBytes()
   t.equal(await trimMalloc(), true, 'malloc_trim is available here (glibc), run on the thread pool')
   const after = anonBytes()
   t.ok(before - after > 32 * 2 ** 20, `resident anonymous memory fell by more than 32 MiB (${((before - after) / 2 ** 20).toFixed(1)} MiB of ~88 freed)`)
   t.equal(kept.every((b) => b[100] === 1), true, 'the buffers still alive are intact')
+})
+
+t.test('the trimmer counts the RSS its trims gave back', { skip: glibc ? false : 'needs glibc' }, async (t) => {
+  const falls: number[] = []
+  const trimmer = new MallocTrimmer({ delayMs: 1, onTrim: (r) => falls.push(Math.max(0, r.rssBefore - r.rssAfter)) })
+  t.equal(trimmer.releasedBytes, 0, 'nothing before a trim')
+  const kept = await fragment()
+  trimmer.request('test')
+  for (let i = 0; i < 200 && trimmer.trims === 0; i++) await new Promise((r) => setTimeout(r, 10))
+  t.equal(trimmer.trims, 1)
+  t.ok(trimmer.releasedBytes > 32 * 2 ** 20, `more than 32 MiB given back (${(trimmer.releasedBytes / 2 ** 20).toFixed(1)} MiB)`)
+  t.equal(trimmer.releasedBytes, falls[0], 'the fall it reported')
+  t.equal(kept.length, 125)
+  trimmer.close()
 })
 
 t.test('requests coalesce into one trim after the delay; close cancels one armed', async (t) => {
