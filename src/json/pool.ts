@@ -11,6 +11,14 @@
 //               thread (~13 MB RSS each, docs/benchmarks.md).
 //               Concurrency is bounded upstream by the ledger's parse gate (the caller holds a
 //               parse permit for the whole call), so the piscina queue stays short.
+//   retire      piscina retires an idle thread with a timer it sets when the thread goes idle.
+//               piscina 5.3 can lose that timer: a task posted while the thread was busy
+//               clears it in a microtask (piscina PR 828), and when that task is done in the
+//               same turn as the one before it (piscina drains finished tasks synchronously),
+//               the timer set for it is cleared afterwards: the thread never retires. Measured:
+//               warm() then a small answer, 2 of 30 cold starts. So once this pool has had no
+//               task for 2 * idleMs and a thread is still up, it runs one empty task, whose end
+//               sets the timer anew (stats().retireNudges).
 //   lost        a thread counts as lost (stats().threadsLost) when it failed — it emitted
 //               'error' (out of memory, an uncaught error), exited while piscina still listed
 //               it (process.exit in a task), or was let go of by piscina during a call that
@@ -84,6 +92,8 @@ export interface ParserPoolStats {
   completed: number
   /** Calls that rejected: the thread died, the call was aborted, or the pool closed. */
   failed: number
+  /** Empty tasks run because an idle thread outlived 2 * idleMs (see "retire" above). */
+  retireNudges: number
 }
 
 const TASK_FILE = moduleUrl('./task.ts', import.meta.url).href
@@ -109,9 +119,16 @@ export class ParserPool {
   #warming: Promise<void> | null = null
 
   readonly #onRetired: (() => void) | undefined
+  readonly #idleMs: number
+  /** Tasks of this pool in piscina (warm-ups and nudges included). */
+  #inFlight = 0
+  /** On-demand pools: armed when the last task settles (see "retire" above). */
+  #retireCheck: NodeJS.Timeout | null = null
+  #retireNudges = 0
 
   constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE, onRetired }: ParserPoolOptions) {
     this.#onRetired = onRetired
+    this.#idleMs = idleMs
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
     for (const [key, value] of [['threads', threads], ['heapMb', heapMb], ['youngGenMb', youngGenMb]] as const) {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
@@ -150,8 +167,29 @@ export class ParserPool {
     if (this.#warming !== null) return this.#warming
     if (!this.#onDemand || this.#closing !== null || this.#threads.size > 0) return Promise.resolve()
     const done = (): void => { this.#warming = null }
-    this.#warming = this.#piscina.run({ kind: 'warm' }).then(done, done)
+    this.#warming = this.#task({ kind: 'warm' }).then(done, done)
     return this.#warming
+  }
+
+  /** Every task goes to piscina through here, counted, so the pool knows when it went idle. */
+  #task (task: ParserTask, options?: Parameters<Piscina['run']>[1]): Promise<PrepareResult | AnswerResult> {
+    this.#inFlight++
+    const settled = (): void => { this.#inFlight--; this.#armRetireCheck() }
+    const p = this.#piscina.run(task, options)
+    p.then(settled, settled)
+    return p
+  }
+
+  #armRetireCheck (): void {
+    if (!this.#onDemand || this.#inFlight > 0 || this.#closing !== null) return
+    if (this.#retireCheck !== null) clearTimeout(this.#retireCheck)
+    this.#retireCheck = setTimeout(() => {
+      this.#retireCheck = null
+      if (this.#inFlight > 0 || this.#closing !== null || this.#piscina.threads.length === 0) return
+      this.#retireNudges++
+      this.#task({ kind: 'warm' }).catch(() => {})
+    }, 2 * this.#idleMs)
+    this.#retireCheck.unref()
   }
 
   /**
@@ -201,7 +239,7 @@ export class ParserPool {
     const lostBefore = this.#lost
     let result: PrepareResult | AnswerResult
     try {
-      result = await this.#piscina.run(task, { transferList: [body.buffer, ...extra], signal: opts.signal ?? null })
+      result = await this.#task(task, { transferList: [body.buffer, ...extra], signal: opts.signal ?? null })
     } catch (err) {
       this.#failed++
       // The caller holds the parse permit until this settles: wait for the dead thread.
@@ -222,11 +260,13 @@ export class ParserPool {
       queued: this.#piscina.queueSize,
       completed: this.#completed,
       failed: this.#failed,
+      retireNudges: this.#retireNudges,
     }
   }
 
   /** Finish running tasks, stop every thread, and resolve once each thread's exit is observed. */
   close (): Promise<void> {
+    if (this.#retireCheck !== null) { clearTimeout(this.#retireCheck); this.#retireCheck = null }
     this.#closing ??= (async () => {
       await this.#piscina.close()
       await Promise.all([...this.#threads.values()].map((t) => t.exited))
