@@ -7,14 +7,17 @@ import { request } from 'undici'
 import type { SimEndEvent } from '../../src/sim/index.ts'
 import { KEY, PROVIDER_KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { socketBufferBytes } from '../helpers/platform.ts'
 
 let rig: Rig
 t.before(async () => { rig = await startRig({ workers: 1 }) })
 t.teardown(() => rig.close())
 
 t.test('a paused client pauses the provider; resuming delivers every byte exactly', async (t) => {
-  // ~24 MB of events: far more than any socket or stream buffer on the way.
-  const body = chatBody('big\n#sim tokens=24000 bytes=1000', { stream: true })
+  // More events than every buffer on the way can take (the kernel's on the one TCP connection,
+  // plus 8 MiB for the streams'): at least ~24 MB.
+  const tokens = Math.max(24_000, Math.ceil((socketBufferBytes(1) + 8 * 2 ** 20) / 1000))
+  const body = chatBody(`big\n#sim tokens=${tokens} bytes=1000`, { stream: true })
   const ends: SimEndEvent[] = []
   rig.sim.events.on('end', (e) => ends.push(e))
   const res = await request(rig.url + '/v1/chat/completions', {
@@ -37,7 +40,7 @@ t.test('a paused client pauses the provider; resuming delivers every byte exactl
   const via = Buffer.concat(chunks)
   const direct = await request(rig.sim.url + '/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${PROVIDER_KEY}` }, body: JSON.stringify(body) })
   const directBytes = Buffer.from(await direct.body.arrayBuffer())
-  t.ok(via.length > 20_000_000, `${via.length} bytes relayed`)
+  t.ok(via.length > tokens * 1000, `${via.length} bytes relayed`)
   t.ok(via.equals(directBytes), 'exactly the provider\'s bytes')
   t.equal(ends[0]?.outcome, 'completed')
   t.same(await waitIdle(rig.gw), {}, 'idle')

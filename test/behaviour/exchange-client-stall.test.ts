@@ -7,6 +7,7 @@ import { request } from 'undici'
 import type { SimEndEvent } from '../../src/sim/index.ts'
 import { KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
+import { socketBufferBytes } from '../helpers/platform.ts'
 
 let rig: Rig
 t.before(async () => { rig = await startRig({ workers: 1, limits: { clientStallMs: 700 } }) })
@@ -17,7 +18,8 @@ t.test('a stuck client is cut off, its permit and the upstream released', async 
   const res = await request(rig.url + '/v1/chat/completions', {
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify(chatBody('big\n#sim tokens=24000 bytes=1000', { stream: true })),
+    // More events than the kernel can buffer on the connection, so the stall reaches sluice.
+    body: JSON.stringify(chatBody(`big\n#sim tokens=${Math.max(24_000, Math.ceil((socketBufferBytes(1) + 8 * 2 ** 20) / 1000))} bytes=1000`, { stream: true })),
     highWaterMark: 16 * 1024,
   })
   res.body.pause()
