@@ -1,5 +1,7 @@
 // The fastify application of one HTTP worker.
 
+import diagnosticsChannel from 'node:diagnostics_channel'
+import type { Socket } from 'node:net'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { nodeHttp } from '../src/net/node-http.ts'
 import { SluiceError } from '../src/errors.ts'
@@ -15,6 +17,7 @@ import { registerRoutes } from './routes.ts'
 import { registerTestHooks } from './test-hooks.ts'
 import { TurnPins } from './turns.ts'
 import { Background } from './background.ts'
+import { Exemplars } from './exemplars.ts'
 import type { ExchangeDeps } from './deps.ts'
 import { registerEventStream, SessionEvents } from './event-stream.ts'
 import { registerNonBlocking } from './nonblocking.ts'
@@ -103,6 +106,12 @@ export async function buildApp (deps: AppDeps): Promise<App> {
   })
   const admission = new Admission(deps.ledger, deps.config.limits)
   const limits = deps.config.limits
+  // The provider sockets undici opens: the last one is kept as an exemplar (worker/exemplars.ts).
+  const exemplars = new Exemplars()
+  const connected = diagnosticsChannel.channel('undici:client:connected')
+  const onConnected = (msg: unknown): void => { exemplars.keepUpstreamSocket((msg as { socket: Socket }).socket) }
+  connected.subscribe(onConnected)
+  fastify.addHook('onClose', (_instance, done) => { connected.unsubscribe(onConnected); done() })
   const exchange: ExchangeDeps = {
     config: deps.config,
     ledger: deps.ledger,
@@ -118,6 +127,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     tracing,
     signer: new Signer(deps.signingKey),
     log: (rec) => deps.log.info(rec, 'exchange'),
+    exemplars,
   }
 
   fastify.setErrorHandler((err: unknown, _req: FastifyRequest, reply: FastifyReply) => {
@@ -146,7 +156,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
   // Background exchanges finish (their events still reach subscribers), then the long-lived
   // event streams end: closing the server would otherwise wait for them forever.
   fastify.addHook('preClose', async () => { await exchange.background.close() })
-  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission, exchange.background, exchange.parser)
+  if (deps.testHooks) registerTestHooks(fastify, deps.ledger, admission, exchange.background, exchange.parser, exemplars)
   return {
     fastify,
     admission,

@@ -17,6 +17,7 @@ import type { Admission } from './admission.ts'
 import type { ContinuationRecord } from './continuation.ts'
 import type { Authenticator } from './auth.ts'
 import type { Background } from './background.ts'
+import type { Exemplars } from './exemplars.ts'
 import type { TurnPins } from './turns.ts'
 import type { Upstreams } from './upstream.ts'
 
@@ -42,6 +43,8 @@ export interface ExchangeDeps {
   background: Background
   signer: Signer
   log: (fields: Record<string, unknown>) => void
+  /** The last finished exchange's objects, kept so an idle full GC leaves the JIT's maps (worker/exemplars.ts). */
+  exemplars: Exemplars
 }
 
 /** The per-exchange record: one log line at the end, attributes for traces. */

@@ -3,14 +3,16 @@
 // bytes in a worker, then make that worker busy-loop, run out of heap, or exit.
 
 import type { FastifyInstance } from 'fastify'
+import { getHeapSnapshot } from 'node:v8'
 import type { ParserPool } from '../src/json/pool.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Admission } from './admission.ts'
 import { SluiceError } from '../src/errors.ts'
 import { refuseReply } from './reply.ts'
 import { ExchangeScope } from './scope.ts'
+import type { Exemplars } from './exemplars.ts'
 
-export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }, parser: ParserPool): void {
+export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, admission: Admission, background: { track (p: Promise<unknown>): void }, parser: ParserPool, exemplars: Exemplars): void {
   // Admit one exchange, reserve `bytes`, stream one line, then hold everything until the
   // client goes away or `ms` passes. The holdings are released when the response closes.
   fastify.get<{ Querystring: { bytes?: string; ms?: string } }>('/_test/hold', async (req, reply) => {
@@ -83,6 +85,18 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
 
   // This worker's parser pool: which bodies hopped to a parser thread (limits.inWorkerParseBytes).
   fastify.get('/_test/parser', async () => ({ row: ledger.row, ...parser.stats() }))
+
+  // What the exemplars hold (worker/exemplars.ts): the kept request's authorization header as
+  // it is now (scrubbed), whether a provider's answer and socket are kept.
+  fastify.get('/_test/exemplars', async () => {
+    const k = exemplars.kept
+    return { row: ledger.row, exchange: k.exchange !== null, authorization: k.exchange?.req.headers.authorization ?? null, upstream: k.upstream !== null, upstreamSocket: k.upstreamSocket !== null }
+  })
+
+  // This worker's heap snapshot (v8.getHeapSnapshot), streamed: a test searches it for secrets.
+  fastify.get('/_test/heap-snapshot', (_req, reply) => {
+    reply.header('content-type', 'application/json').send(getHeapSnapshot())
+  })
 
   fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
 }

@@ -30,6 +30,7 @@ import { idleProblems, makeLedger, turn } from '../ledger/helpers.ts'
 import { Admission } from '../../../worker/admission.ts'
 import { Authenticator } from '../../../worker/auth.ts'
 import { Background } from '../../../worker/background.ts'
+import { Exemplars } from '../../../worker/exemplars.ts'
 import { newRecord, type ExchangeDeps, type ExchangeRecord } from '../../../worker/deps.ts'
 import { relayStream, type Outcome } from '../../../worker/relay.ts'
 import { ExchangeScope } from '../../../worker/scope.ts'
@@ -69,6 +70,7 @@ export function unitDeps (ledger: Ledger, config: Config = unitConfig()): UnitDe
     background: new Background(),
     signer: new Signer(SIGNING_KEY),
     log: (rec) => { logs.push(rec) },
+    exemplars: new Exemplars(),
     logs,
   }
 }
