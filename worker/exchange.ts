@@ -368,7 +368,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       clearTimeout(timer) // not one 30 s timer left behind per exchange
     }
     finishRecord(deps, rec, trace)
-    deps.exemplars.keepExchange({ req, res, upstream: upstreamRes ?? null, own: [rec, scope] })
+    deps.exemplars.keepExchange({ req, res, upstream: upstreamRes, own: [rec, scope] })
   }
   return rec
 }
