@@ -6,53 +6,10 @@
 // http/protobuf arrives as protobuf, and a bad OTEL_* variable stops the start (exit 2).
 
 import t from 'tap'
-import { createServer, type Server } from 'node:http'
 import { spawnSync } from 'node:child_process'
 import { chatBody, KEY, PROVIDER_KEY, SIGNING_KEY, startRig } from '../helpers/exchange.ts'
 import { BIN, NODE, writeConfig } from '../helpers/gateway.ts'
-
-interface Received { path: string; contentType: string; body: Buffer }
-
-async function receiver (): Promise<{ server: Server; url: string; got: Received[] }> {
-  const got: Received[] = []
-  const server = createServer((req, res) => {
-    const parts: Buffer[] = []
-    req.on('data', (c: Buffer) => parts.push(c))
-    req.on('end', () => {
-      got.push({ path: req.url ?? '', contentType: String(req.headers['content-type']), body: Buffer.concat(parts) })
-      res.writeHead(200, { 'content-type': req.headers['content-type'] ?? 'application/json' })
-      res.end(req.headers['content-type']?.includes('json') ? '{}' : '')
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const addr = server.address() as { port: number }
-  return { server, url: `http://127.0.0.1:${addr.port}`, got }
-}
-
-interface OtlpSpan {
-  traceId: string
-  spanId: string
-  parentSpanId?: string
-  name: string
-  attributes?: Array<{ key: string; value: Record<string, unknown> }>
-  events?: Array<{ name: string; attributes?: Array<{ key: string; value: Record<string, unknown> }> }>
-}
-
-function spansOf (got: Received[]): OtlpSpan[] {
-  const out: OtlpSpan[] = []
-  for (const r of got) {
-    const j = JSON.parse(r.body.toString('utf8')) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: OtlpSpan[] }> }> }
-    for (const rs of j.resourceSpans) for (const ss of rs.scopeSpans) out.push(...ss.spans)
-  }
-  return out
-}
-
-function attr (s: { attributes?: OtlpSpan['attributes'] }, key: string): unknown {
-  const a = s.attributes?.find((x) => x.key === key)
-  if (!a) return undefined
-  const v = a.value
-  return v.stringValue ?? v.intValue ?? v.doubleValue ?? v.boolValue
-}
+import { attr, receiver, spansOf, type OtlpSpan } from '../helpers/otlp.ts'
 
 const PROMPT = 'the-prompt-text-must-never-be-exported'
 
