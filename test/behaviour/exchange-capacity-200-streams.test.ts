@@ -24,8 +24,8 @@ t.test('200 streams: 32 active, 128 queued FIFO, 40 refused at once, all queued 
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'x-test-seq': String(i) },
     // The first 32 are long (they hold every permit while the queue fills), the rest short.
-    // Stream 0 ends first (5 s); 1-31 end after the queue has drained through its permit.
-    body: JSON.stringify(chatBody(`stream ${i}\n#sim ${i === 0 ? 'tokens=200 interval=25' : i < 32 ? 'tokens=520 interval=25' : 'tokens=4 interval=5'}`, { stream: true })),
+    // Stream 0 ends first (5 s); 1-31 end (15 s) after the queue has drained through its permit.
+    body: JSON.stringify(chatBody(`stream ${i}\n#sim ${i === 0 ? 'tokens=200 interval=25' : i < 32 ? 'tokens=600 interval=25' : 'tokens=4 interval=5'}`, { stream: true })),
   }).then(async (res) => ({ i, status: res.statusCode, body: await res.body.text(), at: performance.now() }))
 
   // Observe the upstream: concurrency and arrival order.
