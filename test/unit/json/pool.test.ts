@@ -163,15 +163,21 @@ t.test('a body that blows the parser heap: worker_heap_exhausted after the threa
   t.not(watch.created.at(-1)?.threadId, died[0].threadId)
 })
 
-t.test('a thread that dies by an uncaught error: piscina alone rejects before the exit; the pool only after', async (t) => {
+t.test('a thread that dies by an uncaught error: piscina alone may reject before the exit; the pool only after', async (t) => {
   const watch = watchThreads()
   t.teardown(watch.stop)
 
-  // the control: raw piscina settles the task while the dying thread has not exited yet
+  // The control, why the pool waits: raw piscina settles the task as soon as the thread's error
+  // arrives, usually while the dying thread has not exited yet. The two arrive from separate
+  // sources, so which comes first is piscina's race, not ours: it is reported, not asserted
+  // (measured: the exit came first once, under a doubled test load).
   const raw = new Piscina({ filename: CRASH_TASK, minThreads: 1, maxThreads: 1 })
   raw.on('error', () => {})
   const rawRes = await settle(raw.run({}), watch.now)
-  t.equal(watch.exits.filter((e) => e.seq < rawRes.at).length, 0, 'piscina rejected before the thread exited')
+  t.ok(rawRes.error !== undefined, 'piscina rejected the call')
+  t.comment(watch.exits.filter((e) => e.seq < rawRes.at).length === 0
+    ? 'piscina rejected before the thread exited'
+    : 'this run, the thread exit came before piscina\'s rejection')
   await raw.close()
 
   const rawThreads = watch.created.length // the raw pool's crashed thread may still exit later: not ours
