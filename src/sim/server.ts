@@ -84,6 +84,13 @@ export interface SimEndEvent {
    * is emitted before it, so an observer ordering exchanges (one at a time?) orders by this.
    */
   goneAt?: number
+  /**
+   * performance.now() when the sim answered with a fault before any byte (reset, 503, 429):
+   * the exchange is over for the provider from then. 'end' comes later, as for goneAt, and for
+   * a reset after the socket's close callback, by when the caller may have sent its next
+   * request on another connection.
+   */
+  faultAt?: number
 }
 
 /** Where a connection's peer-gone time is kept on its socket (see SimEndEvent.goneAt). */
@@ -148,6 +155,8 @@ class Exchange {
   closed = false
   /** Set before the sim ends the exchange on purpose, so 'close' reports a fault. */
   faulted = false
+  /** See SimEndEvent.faultAt. */
+  faultAt: number | undefined = undefined
   eventsSent = 0
   status = 0
   #wake: (() => void) | null = null
@@ -304,6 +313,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
       durationMs: performance.now() - ex.start,
       status: ex.res.headersSent ? ex.res.statusCode : 0,
       ...(outcome === 'client-closed' && socket?.[kGoneAt] !== undefined ? { goneAt: socket[kGoneAt] } : {}),
+      ...(outcome === 'fault' && ex.faultAt !== undefined ? { faultAt: ex.faultAt } : {}),
     })
   }
 
@@ -380,13 +390,16 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     switch (directive.fault) {
       case 'reset-before-first-byte':
         ex.faulted = true
+        ex.faultAt = performance.now()
         res.socket?.resetAndDestroy()
         return
       case 'status-503':
         ex.faulted = true
+        ex.faultAt = performance.now()
         return sendError(ex, r.family, 'unavailable', idHeaders)
       case 'status-429':
         ex.faulted = true
+        ex.faultAt = performance.now()
         return sendError(ex, r.family, 'rate_limited', { ...idHeaders, 'retry-after': RETRY_AFTER_SECONDS })
     }
     if (script.stream) await streamResponse(ex, renderer, script, idHeaders)

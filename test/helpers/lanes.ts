@@ -47,7 +47,7 @@ export class LaneWatch {
       tags.set(e.id, tag)
       this.log.push({ kind: 'req', tag, at: performance.now() })
     })
-    rig.sim.events.on('end', (e) => this.log.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome, at: e.goneAt ?? performance.now(), gone: e.goneAt !== undefined }))
+    rig.sim.events.on('end', (e) => this.log.push({ kind: 'end', tag: tags.get(e.id) ?? '', outcome: e.outcome, at: e.goneAt ?? e.faultAt ?? performance.now(), gone: e.goneAt !== undefined }))
   }
 
   /** A blocking exchange tagged `tag`; `sim` is the `#sim` directive for the provider. */

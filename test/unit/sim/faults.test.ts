@@ -72,13 +72,17 @@ t.test('status-429 carries Retry-After: 7', async t => {
 t.test('reset-before-first-byte: the client sees a reset and no response', async t => {
   for (const proto of PROTOS) {
     const ex = nextExchange(sim)
+    const sent = performance.now()
     const r = await send(proto, 'x\n#sim fault=reset-before-first-byte')
+    const seen = performance.now()
     t.equal(r.status, 0, proto)
     t.equal(r.error?.code, 'ECONNRESET')
     t.equal(r.body.length, 0)
     const end = await ex.end
     t.equal(end.outcome, 'fault')
     t.equal(end.eventsSent, 0)
+    // when the sim reset it: before the client saw the reset (the 'end' event may come later)
+    t.ok(end.faultAt !== undefined && end.faultAt > sent && end.faultAt <= seen, `${proto}: faultAt is the moment of the reset`)
   }
   const e = await openai.responses.create({ model: 'm', input: '#sim fault=reset-before-first-byte' }).catch((x: unknown) => x)
   t.ok(e instanceof OpenAI.APIConnectionError, 'openai SDK raises APIConnectionError')
