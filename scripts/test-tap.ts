@@ -11,7 +11,7 @@
 import { spawn } from 'node:child_process'
 import { dirname, join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const TAP = join(ROOT, 'node_modules/.bin/tap')
@@ -77,7 +77,7 @@ export class FailureCollector {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const child = spawn(TAP, process.argv.slice(2), { cwd: process.cwd(), stdio: ['inherit', 'pipe', 'inherit'] })
   const collector = new FailureCollector()
   const lines = createInterface({ input: child.stdout })
