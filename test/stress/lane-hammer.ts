@@ -39,8 +39,8 @@ export const sessionKeys: readonly Key64[] = Array.from({ length: SESSIONS }, (_
 
 const V_VIOLATIONS = 0
 const V_STOP = 1
-const V_SESSION = 2                 // per session: (unused), max seen, 1 + last ticket run
-const V_SESSION_FIELDS = 3
+const V_SESSION = 2                 // per session: max seen running, 1 + last ticket run
+const V_SESSION_FIELDS = 2
 const V_ROWS = V_SESSION + SESSIONS * V_SESSION_FIELDS
 const R_BELIEVED = 0                // + session: exchanges of this row believed running
 const R_MAY_HOLD = SESSIONS         // entries this row may hold: +1 before enter(), -1 after it gave the entry up
@@ -66,7 +66,7 @@ export class LaneObserver {
   // thread terminated at any moment changes its beliefs in one atomic operation or not at all,
   // so forgetRow() on its row takes back exactly what it believed. (A separate session total
   // updated next to the row's could be left half-changed by a terminate() between the two.)
-  private believedNow (s: number): number {
+  believed (s: number): number {
     let n = 0
     for (let at = V_ROWS + R_BELIEVED + s; at < this.i32.length; at += V_ROW_FIELDS) n += Atomics.load(this.i32, at)
     return n
@@ -76,14 +76,14 @@ export class LaneObserver {
   running (s: number, row: number, ticket: number): void {
     const at = V_SESSION + s * V_SESSION_FIELDS
     Atomics.add(this.i32, V_ROWS + row * V_ROW_FIELDS + R_BELIEVED + s, 1)
-    const n = this.believedNow(s)
+    const n = this.believed(s)
     if (n > 1) this.violation(`session ${s}: ${n} exchanges believed running at once`)
-    for (let m = Atomics.load(this.i32, at + 1); n > m; m = Atomics.load(this.i32, at + 1)) {
-      if (Atomics.compareExchange(this.i32, at + 1, m, n) === m) break
+    for (let m = Atomics.load(this.i32, at); n > m; m = Atomics.load(this.i32, at)) {
+      if (Atomics.compareExchange(this.i32, at, m, n) === m) break
     }
     // Run starts of a session are serialised (the previous one stopped believing before it
     // released), so the last ticket is a plain exchange.
-    const prev = Atomics.exchange(this.i32, at + 2, ticket + 1)
+    const prev = Atomics.exchange(this.i32, at + 1, ticket + 1)
     if (ticket + 1 <= prev) this.violation(`session ${s}: ticket ${ticket} ran after ticket ${prev - 1} (FIFO)`)
   }
 
@@ -106,8 +106,7 @@ export class LaneObserver {
   mayHoldOf (row: number): number { return Atomics.load(this.i32, V_ROWS + row * V_ROW_FIELDS + R_MAY_HOLD) }
 
   get violations (): number { return Atomics.load(this.i32, V_VIOLATIONS) }
-  maxRunning (s: number): number { return Atomics.load(this.i32, V_SESSION + s * V_SESSION_FIELDS + 1) }
-  believed (s: number): number { return this.believedNow(s) }
+  maxRunning (s: number): number { return Atomics.load(this.i32, V_SESSION + s * V_SESSION_FIELDS) }
   get stopped (): boolean { return Atomics.load(this.i32, V_STOP) === 1 }
   stop (): void { Atomics.store(this.i32, V_STOP, 1) }
 }
