@@ -15,8 +15,10 @@
 //
 // ## One whole line per write
 //
-// The primary and every HTTP worker write to the same fd 1, each with its own sonic-boom (no
-// thread relays another's lines). Lines stay whole because each write(2) is atomic:
+// The primary and every HTTP worker write to the same fd 1, each with its own LineWriter
+// (src/log-writer.ts: one non-blocking write(2) per line in the thread itself on a pipe or a
+// file, sonic-boom's asynchronous mode on a socket; a bounded queue either way). No thread
+// relays another's lines. Lines stay whole because each write(2) is atomic:
 //
 // - every string field longer than FIELD_MAX_CHARS is cut to its first FIELD_MAX_CHARS
 //   characters and `…[truncated N chars]` (N = the characters cut), at any depth, in the same
@@ -24,14 +26,16 @@
 // - every line, newline included, is at most LINE_MAX_BYTES = PIPE_BUF (4096) bytes: one whose
 //   fields are all short but that is still longer is re-cut with tighter caps, and marked
 //   `lineTruncated: <bytes it had>` (`capLine`);
-// - sonic-boom's `maxWrite` is LINE_MAX_BYTES: it joins whole lines into one write only up to
-//   that many bytes (its default, 16 KiB, let two threads' writes interleave on a pipe, and an
+// - a LineWriter writes one line per write(2); on a socket, sonic-boom's `maxWrite` is
+//   LINE_MAX_BYTES: it joins whole lines into one write only up to that many bytes (its default, 16 KiB, let two threads' writes interleave on a pipe, and an
 //   unbounded line was split over several partial writes).
 //
-// A write to a pipe of at most PIPE_BUF bytes is written whole or not at all (EAGAIN, which
-// sonic-boom retries whole); to a file or a terminal a write is not interleaved with another.
+// A write to a pipe of at most PIPE_BUF bytes is written whole or not at all (EAGAIN: the
+// line is held and retried whole); to a file or a terminal a write is not interleaved with
+// another.
 
 import pino, { type Logger } from 'pino'
+import { LineWriter } from './log-writer.ts'
 
 export const CENSOR = '[redacted]'
 
@@ -203,10 +207,19 @@ export function capLine (line: string): string {
   return out + tail
 }
 
-/** fd 1 through sonic-boom, whole lines of at most LINE_MAX_BYTES per write (see the top). */
+/** fd 1, whole lines of at most LINE_MAX_BYTES per write (see the top and src/log-writer.ts). */
 function stdoutDestination (): pino.DestinationStream {
-  return pino.destination({ dest: 1, sync: false, maxWrite: LINE_MAX_BYTES })
+  if (stdoutWriter === null) {
+    const w = new LineWriter({ fd: 1, maxWrite: LINE_MAX_BYTES })
+    // What is held when the thread ends normally gets one last try (nothing waits for it).
+    process.once('exit', () => w.end())
+    stdoutWriter = w
+  }
+  return stdoutWriter
 }
+
+/** This thread's one writer to fd 1, shared by its loggers. */
+let stdoutWriter: LineWriter | null = null
 
 /**
  * A logger for a worker thread. It writes to fd 1 itself, asynchronously: a worker's

@@ -21,7 +21,7 @@ export interface Rig {
   close (): Promise<void>
 }
 
-export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[]; env?: Record<string, string>; strict?: boolean; telemetry?: Record<string, unknown> } = {}): Promise<Rig> {
+export async function startRig (opts: { limits?: Record<string, unknown>; upstream?: Record<string, unknown>; keys?: unknown[]; workers?: number; providers?: (simUrl: string) => unknown[]; env?: Record<string, string>; strict?: boolean; telemetry?: Record<string, unknown>; stdout?: 'socket' | 'fifo' } = {}): Promise<Rig> {
   // strict: the sim refuses replayed reasoning it did not issue (src/sim/strict.ts).
   const sim = await startSim({ apiKey: PROVIDER_KEY, strict: opts.strict === true })
   const requests: SimRequestEvent[] = []
@@ -39,7 +39,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
     keys: opts.keys ?? [{ name: 'test', sha256: sha256Hex(KEY), models: ['*'] }],
     providers,
     ...(opts.telemetry ? { telemetry: opts.telemetry } : {}),
-  }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY, ...opts.env } })
+  }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY, ...opts.env }, stdout: opts.stdout })
   return {
     sim,
     gw,

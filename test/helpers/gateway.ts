@@ -1,8 +1,10 @@
 // Starts the real `sluice serve` as a child process (the real primary, workers, ledger and
 // admin plane) and gives tests handles on it: ports, metrics, logs, stop.
 
-import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { closeSync, constants, mkdtempSync, openSync, writeFileSync } from 'node:fs'
+import { Socket } from 'node:net'
+import type { Readable } from 'node:stream'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Client } from 'undici'
@@ -19,6 +21,8 @@ export interface Gateway {
   port: number
   adminPort: number
   logs: string[]
+  /** The gateway's stdout as this process reads it (pause it to stop reading). */
+  stdout: Readable
   /** Resolves with the exit code once the process has exited. */
   exited: Promise<number | null>
   metrics (): Promise<Map<string, number>>
@@ -39,20 +43,34 @@ export interface StartOptions {
   bin?: string
   /** Node's own flags, before the entry. */
   nodeArgs?: string[]
+  /** fd 1 of the gateway: the socket Node gives a child (default), or a FIFO (as a container's). */
+  stdout?: 'socket' | 'fifo'
+}
+
+/** A FIFO in a fresh folder: the gateway's end to pass as its fd 1, and this end as a stream. */
+function fifo (): { childFd: number; reader: Readable } {
+  const path = join(mkdtempSync(join(tmpdir(), 'sluice-test-')), 'stdout')
+  const made = spawnSync('mkfifo', [path])
+  if (made.status !== 0) throw new Error(`mkfifo failed: ${made.stderr}`)
+  const readFd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK)
+  return { childFd: openSync(path, constants.O_WRONLY), reader: new Socket({ fd: readFd, readable: true, writable: false }) }
 }
 
 export async function startGateway (config: Record<string, unknown>, opts: StartOptions = {}): Promise<Gateway> {
   const file = writeConfig({ listen: { port: 0, adminPort: 0 }, ...config })
+  const pipe = opts.stdout === 'fifo' ? fifo() : null
   const proc = spawn(NODE, [...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'serve', '--config', file, ...(opts.args ?? [])], {
     env: { ...process.env, SLUICE_TEST_HOOKS: '1', ...opts.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', pipe === null ? 'pipe' : pipe.childFd, 'pipe'],
   })
+  if (pipe !== null) closeSync(pipe.childFd)
+  const stdout = pipe?.reader ?? proc.stdout!
   const logs: string[] = []
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)))
   const ready = new Promise<{ port: number; adminPort: number }>((resolve, reject) => {
     let buf = ''
-    proc.stdout!.setEncoding('utf8')
-    proc.stdout!.on('data', (chunk: string) => {
+    stdout.setEncoding('utf8')
+    stdout.on('data', (chunk: string) => {
       buf += chunk
       let nl
       while ((nl = buf.indexOf('\n')) >= 0) {
@@ -75,6 +93,7 @@ export async function startGateway (config: Record<string, unknown>, opts: Start
     port,
     adminPort,
     logs,
+    stdout,
     exited,
     metrics: () => scrape(adminPort),
     async stop () {

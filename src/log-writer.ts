@@ -1,0 +1,231 @@
+// The log's way to fd 1: whole lines, never a stalled thread, never an unbounded queue.
+//
+// Every exchange writes one log line, so this is on the data path. Through sonic-boom's
+// asynchronous mode every line is an fs.write on libuv's thread pool: a pool thread woken, the
+// write(2), a completion posted back to the loop (measured in the HTTP worker: two more
+// context switches per exchange, docs/benchmarks.md). Its synchronous mode is one write(2) and
+// nothing else, but on a pipe nobody reads it blocks the thread, and with it every exchange of
+// that worker. And in its asynchronous mode, lines that fd 1 does not take pile up in the heap
+// without a bound. So:
+//
+// - fd 1 a pipe or FIFO (containers, `| tee`): the pipe is opened again through
+//   /proc/self/fd/1 with O_NONBLOCK. That is a file description of our own, so the flag does
+//   not change the one the parent and the other threads share. A line is one write(2) in the
+//   calling thread; a full pipe answers EAGAIN at once. A write of at most PIPE_BUF bytes
+//   (every line, src/log.ts) is written whole or not at all, so lines of several threads never
+//   interleave.
+// - fd 1 a regular file or a character device (a terminal, /dev/null): one write(2) per line
+//   on fd 1 itself; those do not wait for a reader.
+// - anything else (a socket: systemd's StandardOutput=journal, the stdio a Node parent gives
+//   its child), or a pipe that cannot be opened again: sonic-boom's asynchronous mode, as
+//   before, now with `maxLength` (its queue is bounded too).
+//
+// A line fd 1 does not take now waits in a queue of at most QUEUE_MAX_BYTES and is retried on
+// a timer; lines beyond that are dropped and counted, and the first line written after a drop
+// is a warning with how many were lost. The loop never waits for a reader.
+
+import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs'
+import pino from 'pino'
+
+/** Bytes of lines held while fd 1 does not take them; lines beyond are dropped (and counted). */
+export const QUEUE_MAX_BYTES = 1024 * 1024
+
+/** The first retry of a held line comes after this long; later ones back off to RETRY_MAX_MS. */
+const RETRY_MIN_MS = 5
+const RETRY_MAX_MS = 200
+
+/** How lines reach fd 1 (see the top of the file). */
+export type WriterMode = 'pipe' | 'direct' | 'fallback'
+
+export interface LineWriterOptions {
+  /** The descriptor written (1: stdout). */
+  fd?: number
+  /** The largest single write (src/log.ts LINE_MAX_BYTES); every line is at most this long. */
+  maxWrite: number
+  /** How many bytes of lines are held before lines are dropped. */
+  queueMaxBytes?: number
+}
+
+type Attempt = 'written' | 'again' | 'failed'
+
+/** A pino destination: write(line) never blocks, never throws, and holds a bounded queue. */
+export class LineWriter {
+  readonly mode: WriterMode
+  private readonly fd: number
+  private readonly ownFd: boolean
+  private readonly queueMax: number
+  private readonly sonic: ReturnType<typeof pino.destination> | null = null
+  private readonly queue: string[] = []
+  private queued = 0
+  private dropped = 0
+  private retryMs = RETRY_MIN_MS
+  private timer: NodeJS.Timeout | null = null
+  private closed = false
+
+  constructor (opts: LineWriterOptions) {
+    const fd = opts.fd ?? 1
+    this.queueMax = opts.queueMaxBytes ?? QUEUE_MAX_BYTES
+    const kind = kindOf(fd)
+    const own = kind === 'fifo' ? reopenNonBlocking(fd) : null
+    if (own !== null) {
+      this.mode = 'pipe'
+      this.fd = own
+      this.ownFd = true
+    } else if (kind === 'file') {
+      this.mode = 'direct'
+      this.fd = fd
+      this.ownFd = false
+    } else {
+      this.mode = 'fallback'
+      this.fd = fd
+      this.ownFd = false
+      this.sonic = pino.destination({ dest: fd, sync: false, maxWrite: opts.maxWrite, maxLength: this.queueMax })
+      this.sonic.on('drop', () => { this.dropped++ })
+    }
+  }
+
+  /** Bytes of lines waiting for fd 1. */
+  get queuedBytes (): number {
+    return this.sonic === null ? this.queued : (this.sonic as unknown as { _len: number })._len
+  }
+
+  /** Lines dropped and not yet reported by a warning line. */
+  get droppedLines (): number { return this.dropped }
+
+  write (line: string): boolean {
+    if (this.closed) return false
+    if (this.sonic !== null) {
+      if (this.dropped > 0) this.sonicNotice()
+      this.sonic.write(line)
+      return true
+    }
+    if (this.queue.length === 0 && this.dropped === 0) {
+      const r = this.attempt(line)
+      if (r === 'written' || r === 'failed') return true // failed: fd 1 refuses for good (EPIPE)
+      if (typeof r === 'object') {
+        this.queue.push(r.rest) // the rest of a line begun: held whatever the cap
+        this.queued += Buffer.byteLength(r.rest)
+        this.retry()
+        return true
+      }
+    }
+    this.hold(line)
+    this.drain()
+    return true
+  }
+
+  /** Writes what is held as far as fd 1 takes it now; then `cb`. */
+  flush (cb?: (err?: Error) => void): void {
+    if (this.sonic !== null) { if (this.dropped > 0) this.sonicNotice(); this.sonic.flush(cb); return }
+    this.drain()
+    cb?.()
+  }
+
+  /** The same, without a callback: nothing here waits for a reader. */
+  flushSync (): void {
+    if (this.sonic !== null) {
+      if (this.dropped > 0) this.sonicNotice()
+      try { this.sonic.flushSync() } catch {} // EAGAIN: what is left stays held
+      return
+    }
+    this.drain()
+  }
+
+  end (): void {
+    if (this.closed) return
+    this.flushSync()
+    this.closed = true
+    if (this.timer !== null) { clearTimeout(this.timer); this.timer = null }
+    if (this.sonic !== null) this.sonic.end()
+    if (this.ownFd) { try { closeSync(this.fd) } catch {} }
+  }
+
+  /** One write(2) of the line: what became of it, or the part that was not written. */
+  private attempt (line: string): Attempt | { rest: string } {
+    let n: number
+    try {
+      n = writeSync(this.fd, line)
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      return code === 'EAGAIN' || code === 'EWOULDBLOCK' || code === 'EINTR' ? 'again' : 'failed'
+    }
+    if (n === line.length) return 'written'
+    const buf = Buffer.from(line)
+    if (n === buf.length) return 'written'
+    // Partial: only a file can do this (out of space); a pipe takes a line whole or not at all.
+    return { rest: buf.subarray(n).toString() }
+  }
+
+  private hold (line: string): void {
+    const bytes = Buffer.byteLength(line)
+    if (this.queued + bytes > this.queueMax) { this.dropped++; return }
+    this.queue.push(line)
+    this.queued += bytes
+  }
+
+  /** Held lines (then the drop warning) out in order, until fd 1 stops taking them. */
+  private drain (): void {
+    while (this.queue.length > 0 || this.dropped > 0) {
+      const notice = this.queue.length === 0
+      const line = notice ? dropNotice(this.dropped) : this.queue[0]
+      const r = this.attempt(line)
+      if (r === 'again') { this.retry(); return }
+      if (typeof r === 'object') {
+        // The rest of a line goes before anything else (never dropped: it ends a line begun).
+        if (notice) { this.dropped = 0; this.queue.push(r.rest) } else this.queue[0] = r.rest
+        this.queued += Buffer.byteLength(r.rest) - (notice ? 0 : Buffer.byteLength(line))
+        continue
+      }
+      if (notice) this.dropped = 0
+      else {
+        this.queue.shift()
+        this.queued -= Buffer.byteLength(line)
+      }
+      // fd 1 refuses for good (EPIPE, EBADF): nothing held can be delivered.
+      if (r === 'failed') { this.queue.length = 0; this.queued = 0; this.dropped = 0; return }
+    }
+    this.retryMs = RETRY_MIN_MS
+  }
+
+  private retry (): void {
+    if (this.timer !== null || this.closed) return
+    this.timer = setTimeout(() => {
+      this.timer = null
+      this.drain()
+    }, this.retryMs)
+    this.timer.unref()
+    this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2)
+  }
+
+  /** The drop warning through sonic-boom; if it does not fit either, the count waits for the next line. */
+  private sonicNotice (): void {
+    const n = this.dropped
+    this.dropped = 0
+    this.sonic!.write(dropNotice(n))
+    if (this.dropped > 0) this.dropped = n // the warning was dropped (its own 'drop' counted it)
+  }
+}
+
+function dropNotice (n: number): string {
+  return `${JSON.stringify({ level: 40, time: new Date().toISOString(), pid: process.pid, service: 'sluice', droppedLines: n, msg: 'log lines dropped: stdout was not read fast enough' })}\n`
+}
+
+type FdKind = 'fifo' | 'file' | 'other'
+
+function kindOf (fd: number): FdKind {
+  try {
+    const st = fstatSync(fd)
+    if (st.isFIFO()) return 'fifo'
+    if (st.isFile() || st.isCharacterDevice()) return 'file'
+  } catch {}
+  return 'other'
+}
+
+/** A non-blocking file description of our own for the pipe at `fd`, or null. */
+function reopenNonBlocking (fd: number): number | null {
+  try {
+    return openSync(`/proc/self/fd/${fd}`, constants.O_WRONLY | constants.O_NONBLOCK)
+  } catch {
+    return null
+  }
+}

@@ -1,0 +1,144 @@
+// src/log-writer.ts, on real descriptors: a child process writes lines through a LineWriter
+// whose fd 1 is a FIFO, a regular file, or the socket a Node parent gives its child. A reader
+// that stops reading never stops the writer; what is held stays under its cap; what did not
+// fit is dropped, counted, and reported by a warning line once fd 1 takes lines again; every
+// line that arrives is whole and in order.
+
+import t, { type Test } from 'tap'
+import { spawn, spawnSync } from 'node:child_process'
+import { closeSync, constants, mkdtempSync, openSync, readFileSync } from 'node:fs'
+import { Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+const WRITER = new URL('../../src/log-writer.ts', import.meta.url).href
+const LINES = 3000
+const CAP = 256 * 1024
+
+/**
+ * The child: writes LINES lines of ~600 bytes at once, reports on stderr (mode, held bytes,
+ * dropped lines) and, once `go` arrives on stdin, drains and reports again before it exits.
+ */
+const CHILD = `
+import { LineWriter } from ${JSON.stringify(WRITER)}
+const w = new LineWriter({ fd: 1, maxWrite: 4096, queueMaxBytes: ${CAP} })
+const pad = 'x'.repeat(580)
+for (let i = 0; i < ${LINES}; i++) w.write(JSON.stringify({ seq: i, pad }) + '\\n')
+process.stderr.write(JSON.stringify({ mode: w.mode, queued: w.queuedBytes, dropped: w.droppedLines }) + '\\n')
+process.stdin.once('data', () => {
+  const t = setInterval(() => {
+    w.flush()
+    if (w.queuedBytes === 0 && w.droppedLines === 0) { clearInterval(t); process.stderr.write('drained\\n'); w.end(); process.exit(0) }
+  }, 10)
+})
+`
+
+interface Report { mode: string; queued: number; dropped: number }
+
+/** Runs the child with `stdout` as its fd 1; `read` starts reading only after the first report. */
+async function run (t: Test, stdout: number, startReading: () => Promise<string>): Promise<{ report: Report; text: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD], { stdio: ['pipe', stdout, 'pipe'] })
+  let stderr = ''
+  child.stderr!.setEncoding('utf8')
+  const report = await new Promise<Report>((resolve, reject) => {
+    child.stderr!.on('data', (c: string) => {
+      stderr += c
+      const nl = stderr.indexOf('\n')
+      if (nl >= 0 && stderr.startsWith('{')) resolve(JSON.parse(stderr.slice(0, nl)) as Report)
+    })
+    child.once('exit', (code) => reject(new Error(`child exited ${code} before reporting: ${stderr}`)))
+  })
+  const reading = startReading()
+  child.stdin!.write('go\n')
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))
+  t.equal(code, 0, 'the child exited cleanly')
+  return { report, text: await reading, stderr }
+}
+
+/** Checks the lines fd 1 received; returns the drop warnings' counts, in order. */
+function checkLines (t: Test, text: string, report: Report): number[] {
+  const lines = text.split('\n')
+  t.equal(lines.pop(), '', 'the output ends with a whole line')
+  const parsed = lines.map((l) => { try { return JSON.parse(l) as { seq?: number; droppedLines?: number; msg?: string } } catch { return null } })
+  t.same(parsed.flatMap((p, i) => p === null ? [lines[i].slice(0, 60)] : []), [], 'every line is whole JSON')
+  const seqs = parsed.flatMap((p) => p?.seq === undefined ? [] : [p.seq])
+  t.ok(seqs.every((s, i) => i === 0 || s > seqs[i - 1]), 'lines arrive in the order written')
+  const notices = parsed.filter((p) => p?.droppedLines !== undefined).map((n) => n!.droppedLines!)
+  if (report.dropped > 0) {
+    // Every line that did not arrive was counted, and a warning says so (in fallback mode a
+    // warning can squeeze in as soon as the queue has room for it, so there may be several).
+    t.ok(notices.length >= 1, 'a warning says lines were dropped')
+    t.equal(notices.reduce((a, b) => a + b, 0), LINES - seqs.length, 'the warnings count exactly the lines that did not arrive')
+    t.ok(LINES - seqs.length >= report.dropped, 'at least the lines reported dropped are missing')
+    t.ok(parsed.every((p) => p?.droppedLines === undefined || /dropped/.test(String((p as { msg?: string }).msg))), 'the warning says what happened')
+  } else {
+    t.equal(seqs.length, LINES, 'every line arrived')
+    t.same(notices, [], 'no drop warning')
+  }
+  return notices
+}
+
+t.test('a FIFO nobody reads: the writer goes on, holds at most its cap, drops and reports the rest', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-logw-'))
+  const fifo = join(dir, 'out')
+  t.equal(spawnSync('mkfifo', [fifo]).status, 0, 'mkfifo')
+  const rfd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
+  const wfd = openSync(fifo, constants.O_WRONLY)
+  const reader = new Socket({ fd: rfd, readable: true, writable: false })
+  reader.pause()
+  let text = ''
+  reader.setEncoding('utf8')
+  const { report } = await run(t, wfd, async () => {
+    closeSync(wfd)
+    reader.on('data', (c: string) => { text += c })
+    reader.resume()
+    await new Promise((resolve) => reader.once('end', resolve))
+    return text
+  })
+  t.equal(report.mode, 'pipe', 'a FIFO is written through a non-blocking description of its own')
+  t.ok(report.queued > 0 && report.queued <= CAP, `held ${report.queued} bytes, at most the cap (${CAP})`)
+  t.ok(report.dropped > 0, `${report.dropped} lines dropped while nobody read`)
+  // Held lines go first, then one warning: nothing was reported before the queue drained.
+  t.same(checkLines(t, text, report), [report.dropped], 'one warning, after the held lines')
+})
+
+t.test('a regular file: every line, one write each', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-logw-'))
+  const file = join(dir, 'out.log')
+  const fd = openSync(file, 'w')
+  const { report } = await run(t, fd, async () => { closeSync(fd); return '' })
+  t.equal(report.mode, 'direct')
+  t.equal(report.queued, 0, 'nothing held')
+  checkLines(t, readFileSync(file, 'utf8'), report)
+})
+
+t.test('the socket a Node parent gives: sonic-boom, its queue bounded too', async (t) => {
+  // Not reading the child's stdout until it reported: the socket fills, sonic-boom holds the rest.
+  const { report, text } = await new Promise<{ report: Report; text: string }>((resolve, reject) => {
+    let stdoutText = ''
+    let stderr = ''
+    const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD], { stdio: ['pipe', 'pipe', 'pipe'] })
+    child.stdout!.pause()
+    child.stdout!.setEncoding('utf8')
+    child.stderr!.setEncoding('utf8')
+    let rep: Report | null = null
+    child.stderr!.on('data', (c: string) => {
+      stderr += c
+      const nl = stderr.indexOf('\n')
+      if (rep === null && nl >= 0) {
+        rep = JSON.parse(stderr.slice(0, nl)) as Report
+        child.stdout!.on('data', (d: string) => { stdoutText += d })
+        child.stdout!.resume()
+        child.stdin!.write('go\n')
+      }
+    })
+    child.once('close', (code) => {
+      if (rep === null || code !== 0) reject(new Error(`child exited ${code}: ${stderr}`))
+      else resolve({ report: rep, text: stdoutText })
+    })
+  })
+  t.equal(report.mode, 'fallback')
+  t.ok(report.queued <= CAP, `held ${report.queued} bytes, at most the cap (${CAP})`)
+  t.ok(report.dropped > 0, `${report.dropped} lines dropped while nobody read`)
+  checkLines(t, text, report)
+})
