@@ -211,8 +211,9 @@ export function capLine (line: string): string {
 function stdoutDestination (): pino.DestinationStream {
   if (stdoutWriter === null) {
     const w = new LineWriter({ fd: 1, maxWrite: LINE_MAX_BYTES })
-    // What is held when the thread ends normally gets one last try (nothing waits for it).
-    process.once('exit', () => w.end())
+    // What is held when the thread ends normally gets one last non-blocking try. (On a socket,
+    // sonic-boom's own: pino flushes it at the main thread's exit; a flush there can block.)
+    if (w.mode !== 'fallback') process.once('exit', () => w.end())
     stdoutWriter = w
   }
   return stdoutWriter
