@@ -15,7 +15,8 @@
 //   (every line, src/log.ts) is written whole or not at all, so lines of several threads never
 //   interleave.
 // - fd 1 a regular file or a character device (a terminal, /dev/null): one write(2) per line
-//   on fd 1 itself; those do not wait for a reader.
+//   on fd 1 itself. A file does not wait for a reader; a terminal stopped with Ctrl-S would
+//   hold the thread (interactive use only).
 // - anything else (a socket: systemd's StandardOutput=journal, the stdio a Node parent gives
 //   its child), or a pipe that cannot be opened again: sonic-boom's asynchronous mode, as
 //   before, now with `maxLength` (its queue is bounded too).
