@@ -55,8 +55,8 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
 
   // reusePort lets a second process bind the same port silently: probe with an exclusive
   // bind first, so a double start fails loudly instead of splitting traffic. Port 0 resolves
-  // here to one free port that every worker then shares.
-  const port = await probePort(opts.config.listen.host, opts.config.listen.port)
+  // here to one free port that every worker then shares, held until they all listen on it.
+  const { port, release: releasePort } = await probePort(opts.config.listen.host, opts.config.listen.port)
   const config: Config = { ...opts.config, listen: { ...opts.config.listen, port } }
 
   const limits = config.limits
@@ -129,6 +129,8 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     admin.close()
     await sim?.worker.terminate()
     throw err
+  } finally {
+    await releasePort()
   }
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
   supervisor.on('released', (w, why) => trimmer.request(`worker ${w.row}: ${why}`))
@@ -193,9 +195,20 @@ function signingKey (config: Config, log: Logger): string {
 }
 
 /** Binds host:port exclusively and releases it; returns the port (resolving 0 to a free one). */
-export async function probePort (host: string, port: number): Promise<number> {
+/**
+ * The data port, checked: a configured port is bound exclusively once (EADDRINUSE: served
+ * already) and let go at once, and `release` does nothing. Port 0 is bound with reusePort and
+ * kept: between this probe and the workers' own binds (their start, ~0.5 s) a free ephemeral
+ * port could be taken by anyone, an outgoing connection's local port included, and the first
+ * worker would fail with EADDRINUSE. Held here, the kernel gives it to nobody else; the
+ * workers join it (reusePort), and `release` closes this socket once they listen (before the
+ * port is announced, so no caller has connected to it).
+ */
+export async function probePort (host: string, port: number): Promise<{ port: number; release: () => Promise<void> }> {
   const srv = createServer()
-  srv.listen({ host, port, exclusive: true })
+  // Nobody knows the port before it is announced; should anything connect, it is not served here.
+  srv.on('connection', (socket) => socket.destroy())
+  srv.listen(port === 0 ? { host, port, reusePort: true } : { host, port, exclusive: true })
   try {
     await once(srv, 'listening')
   } catch (err) {
@@ -204,8 +217,13 @@ export async function probePort (host: string, port: number): Promise<number> {
     throw err
   }
   const bound = (srv.address() as { port: number }).port
-  await new Promise((r) => srv.close(r))
-  return bound
+  const close = (): Promise<void> => new Promise((resolve) => srv.close(() => resolve()))
+  if (port !== 0) {
+    await close()
+    return { port: bound, release: async () => {} }
+  }
+  let released: Promise<void> | null = null
+  return { port: bound, release: () => (released ??= close()) }
 }
 
 /** The embedded simulated provider runs in its own thread, so it never loads the primary. */

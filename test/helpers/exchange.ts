@@ -31,6 +31,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
   sim.events.on('body', (e) => bodies.push(e))
   sim.events.on('end', (e) => ends.push(e))
   const providers = opts.providers?.(sim.url) ?? simProviders(sim.url)
+  // A gateway that fails to start must not leave the sim serving: the test file would never end.
   const gw = await startGateway({
     workers: opts.workers ?? 1,
     limits: opts.limits ?? {},
@@ -40,6 +41,7 @@ export async function startRig (opts: { limits?: Record<string, unknown>; upstre
     providers,
     ...(opts.telemetry ? { telemetry: opts.telemetry } : {}),
   }, { env: { SIM_PROVIDER_KEY: PROVIDER_KEY, SLUICE_SIGNING_KEY: SIGNING_KEY, ...opts.env }, stdout: opts.stdout })
+    .catch(async (err: unknown) => { await sim.close(); throw err })
   return {
     sim,
     gw,
