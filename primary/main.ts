@@ -194,7 +194,6 @@ function signingKey (config: Config, log: Logger): string {
   return randomBytes(32).toString('base64')
 }
 
-/** Binds host:port exclusively and releases it; returns the port (resolving 0 to a free one). */
 /**
  * The data port, checked: a configured port is bound exclusively once (EADDRINUSE: served
  * already) and let go at once, and `release` does nothing. Port 0 is bound with reusePort and

@@ -27,8 +27,9 @@
 //   fields are all short but that is still longer is re-cut with tighter caps, and marked
 //   `lineTruncated: <bytes it had>` (`capLine`);
 // - a LineWriter writes one line per write(2); on a socket, sonic-boom's `maxWrite` is
-//   LINE_MAX_BYTES: it joins whole lines into one write only up to that many bytes (its default, 16 KiB, let two threads' writes interleave on a pipe, and an
-//   unbounded line was split over several partial writes).
+//   LINE_MAX_BYTES: it joins whole lines into one write only up to that many bytes (its
+//   default, 16 KiB, let two threads' writes interleave on a pipe, and an unbounded line was
+//   split over several partial writes).
 //
 // A write to a pipe of at most PIPE_BUF bytes is written whole or not at all (EAGAIN: the
 // line is held and retried whole); to a file or a terminal a write is not interleaved with
@@ -223,10 +224,10 @@ function stdoutDestination (): pino.DestinationStream {
 let stdoutWriter: LineWriter | null = null
 
 /**
- * A logger for a worker thread. It writes to fd 1 itself, asynchronously: a worker's
- * `process.stdout` would relay every line through the main thread over a MessagePort (one
- * message per exchange log line, on the primary's event loop), and a synchronous write would
- * stall the relay on a slow stdout.
+ * A logger for a worker thread. It writes to fd 1 itself, never blocking (src/log-writer.ts):
+ * a worker's `process.stdout` would relay every line through the main thread over a
+ * MessagePort (one message per exchange log line, on the primary's event loop), and a
+ * blocking write would stall the relay on a slow stdout.
  */
 export function createThreadLogger (level: string, instanceId?: string): Logger {
   return createLogger(level, stdoutDestination(), instanceId)
