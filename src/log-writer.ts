@@ -100,19 +100,22 @@ export class LineWriter {
       this.sonic.write(line)
       return true
     }
-    if (this.queue.length === 0 && this.dropped === 0) {
-      const r = this.attempt(line)
-      if (r === 'written' || r === 'failed') return true // failed: fd 1 refuses for good (EPIPE)
-      if (typeof r === 'object') {
-        this.queue.push(r.rest) // the rest of a line begun: held whatever the cap
-        this.queued += Buffer.byteLength(r.rest)
-        this.retry()
-        return true
-      }
+    // Lines are held already: this one waits behind them (the head is tried once more now).
+    if (this.queue.length > 0 || this.dropped > 0) {
+      this.hold(line)
+      this.drain()
+      return true
     }
-    this.hold(line)
-    this.drain()
-    return true
+    const r = this.attempt(line)
+    if (r === 'again') {
+      this.hold(line)
+      this.retry()
+    } else if (typeof r === 'object') {
+      this.queue.push(r.rest) // the rest of a line begun: held whatever the cap
+      this.queued += Buffer.byteLength(r.rest)
+      this.retry()
+    }
+    return true // written, or failed: fd 1 refuses for good (EPIPE)
   }
 
   /** Writes what is held as far as fd 1 takes it now; then `cb`. */
