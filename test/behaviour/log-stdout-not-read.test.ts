@@ -8,7 +8,7 @@
 import t from 'tap'
 import { Agent, request } from 'undici'
 import { KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
-import { waitIdle } from '../helpers/gateway.ts'
+import { until, waitIdle } from '../helpers/gateway.ts'
 
 const EXCHANGES = 300
 const PARALLEL = 8
@@ -43,18 +43,19 @@ t.test('300 exchanges while stdout is not read: all complete, every line arrives
   t.ok(rig.gw.logs.length - before < EXCHANGES, `fewer lines than exchanges reached this process while paused (${rig.gw.logs.length - before})`)
 
   rig.gw.stdout.resume()
-  const lineOf = new Map<string, number>()
-  for (let tries = 0; tries < 200; tries++) {
-    lineOf.clear()
+  /** exchange id -> how many exchange lines name it, in what reached this process since `before` */
+  const linesOf = (): Map<string, number> => {
+    const n = new Map<string, number>()
     for (const l of rig.gw.logs.slice(before)) {
       try {
         const j = JSON.parse(l) as { msg?: string; exchangeId?: string }
-        if (j.msg === 'exchange') lineOf.set(String(j.exchangeId), (lineOf.get(String(j.exchangeId)) ?? 0) + 1)
+        if (j.msg === 'exchange') n.set(String(j.exchangeId), (n.get(String(j.exchangeId)) ?? 0) + 1)
       } catch {}
     }
-    if (ids.every((id) => lineOf.has(id))) break
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    return n
   }
+  await until(() => { const n = linesOf(); return ids.every((id) => n.has(id)) }, 'every exchange line', 10_000).catch(() => {})
+  const lineOf = linesOf()
   t.same(ids.filter((id) => lineOf.get(id) !== 1), [], 'every exchange has exactly one line')
   const dropped = rig.gw.logs.slice(before).filter((l) => l.includes('droppedLines'))
   t.same(dropped, [], 'no line was dropped')

@@ -47,8 +47,8 @@ export interface StartOptions {
   stdout?: 'socket' | 'fifo'
 }
 
-/** A FIFO in a fresh folder: the gateway's end to pass as its fd 1, and this end as a stream. */
-function fifo (): { childFd: number; reader: Readable } {
+/** A FIFO in a fresh folder: the end to pass a child as its fd 1, and this end as a stream. */
+export function fifo (): { childFd: number; reader: Readable } {
   const path = join(mkdtempSync(join(tmpdir(), 'sluice-test-')), 'stdout')
   const made = spawnSync('mkfifo', [path])
   if (made.status !== 0) throw new Error(`mkfifo failed: ${made.stderr}`)

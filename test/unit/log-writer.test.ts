@@ -5,11 +5,11 @@
 // line that arrives is whole and in order.
 
 import t, { type Test } from 'tap'
-import { spawn, spawnSync } from 'node:child_process'
-import { closeSync, constants, mkdtempSync, openSync, readFileSync } from 'node:fs'
-import { Socket } from 'node:net'
+import { spawn } from 'node:child_process'
+import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fifo } from '../helpers/gateway.ts'
 
 const WRITER = new URL('../../src/log-writer.ts', import.meta.url).href
 const LINES = 3000
@@ -79,12 +79,7 @@ function checkLines (t: Test, text: string, report: Report): number[] {
 }
 
 t.test('a FIFO nobody reads: the writer goes on, holds at most its cap, drops and reports the rest', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-logw-'))
-  const fifo = join(dir, 'out')
-  t.equal(spawnSync('mkfifo', [fifo]).status, 0, 'mkfifo')
-  const rfd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
-  const wfd = openSync(fifo, constants.O_WRONLY)
-  const reader = new Socket({ fd: rfd, readable: true, writable: false })
+  const { childFd: wfd, reader } = fifo()
   reader.pause()
   let text = ''
   reader.setEncoding('utf8')
