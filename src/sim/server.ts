@@ -166,6 +166,12 @@ class Exchange {
     this.res = res
   }
 
+  /** The sim answers with a fault before any byte: 'close' reports a fault, and when it began. */
+  faultNow(): void {
+    this.faulted = true
+    this.faultAt = performance.now()
+  }
+
   /** Resolves true after `ms`, false as soon as the client goes away. */
   sleep(ms: number): Promise<boolean> {
     if (this.closed) return Promise.resolve(false)
@@ -389,17 +395,14 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     if (!(await ex.sleep(directive.ttft))) return
     switch (directive.fault) {
       case 'reset-before-first-byte':
-        ex.faulted = true
-        ex.faultAt = performance.now()
+        ex.faultNow()
         res.socket?.resetAndDestroy()
         return
       case 'status-503':
-        ex.faulted = true
-        ex.faultAt = performance.now()
+        ex.faultNow()
         return sendError(ex, r.family, 'unavailable', idHeaders)
       case 'status-429':
-        ex.faulted = true
-        ex.faultAt = performance.now()
+        ex.faultNow()
         return sendError(ex, r.family, 'rate_limited', { ...idHeaders, 'retry-after': RETRY_AFTER_SECONDS })
     }
     if (script.stream) await streamResponse(ex, renderer, script, idHeaders)
