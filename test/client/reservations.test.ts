@@ -5,10 +5,9 @@
 // Exactly once, not at least once: each test keeps one other request of the same session open
 // (the sentinel), so a path that released twice would show pending 0 instead of 1.
 import t from 'tap'
-import v8 from 'node:v8'
-import vm from 'node:vm'
 import type { ServerResponse } from 'node:http'
 import { PendingPromptLimitError, SluiceClient, SluiceRequestError, SluiceResponseError, type SluiceSession } from '../../src/client/index.ts'
+import { fullGc } from '../helpers/platform.ts'
 import { json, sleep, startServer, until, type TestServer } from './server.ts'
 
 const KEY = 'sk-client-test'
@@ -250,12 +249,10 @@ t.test('every end path releases exactly once', async (t) => {
   })
 
   t.test('a body nobody reads or cancels is released when it is collected', async (t) => {
-    v8.setFlagsFromString('--expose-gc')
-    const gc = vm.runInNewContext('gc') as () => void
     const { s, sentinel } = await withSentinel(client)
     await (async () => { await post(s, 'hold') })()
     t.equal(s.pending, 2)
-    await until(() => { gc(); return s.pending === 1 }, 'the unread body collected')
+    await until(() => { fullGc(); return s.pending === 1 }, 'the unread body collected')
     t.equal(s.pending, 1)
     endHeld()
     await sentinel.text()

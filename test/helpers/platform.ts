@@ -1,6 +1,8 @@
 // What this machine's runtime is, for tests that need it.
 
 import { readFileSync } from 'node:fs'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 
 /** glibc is the process's C library (malloc_trim exists): Node's report names its version. */
 export const HAS_GLIBC = process.platform === 'linux' &&
@@ -25,4 +27,10 @@ function tcpMax (file: string, fallback: number): number {
  */
 export function socketBufferBytes (connections: number): number {
   return connections * (tcpMax('/proc/sys/net/ipv4/tcp_rmem', 6 * 2 ** 20) + tcpMax('/proc/sys/net/ipv4/tcp_wmem', 4 * 2 ** 20))
+}
+
+/** A full collection now, in this thread (V8's `gc`, exposed at run time: no flag on the command line). */
+export function fullGc (): void {
+  setFlagsFromString('--expose-gc')
+  ;(runInNewContext('gc') as () => void)()
 }
