@@ -76,17 +76,19 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
   const tracker = new StreamTracker(inspector)
   // What the chunk being pushed completed, in stream order, processed right after push(): the
-  // first `count` slots of these arrays, reused from chunk to chunk (their capacity stays, so
-  // nothing is allocated per frame). Frame i is frameBuf[i][frameStart[i], frameEnd[i]) — in
-  // the chunk itself, or in the framer's copy of a frame that spanned chunks — or, when
+  // first `count` slots of these arrays. Frame i is frameBuf[i][frameStart[i], frameEnd[i]) —
+  // in the chunk itself, or in the framer's copy of a frame that spanned chunks — or, when
   // frameBuf[i] is null, an oversize frame of oversizeBytes[i] bytes; starts[i] is where it
   // begins in the chunk. An oversize frame is judged in its place, after the frames before it.
-  // The slots are cleared after each chunk, so no earlier chunk is kept reachable from them.
-  const frameBuf: Array<Buffer | null> = []
-  const frameStart: number[] = []
-  const frameEnd: number[] = []
-  const starts: number[] = []
-  const oversizeBytes: number[] = []
+  // The arrays are a FrameList taken for each chunk and given back (its slots cleared, so no
+  // chunk is kept reachable) once the chunk's frames are judged: nothing is allocated per
+  // frame, per chunk or per exchange for them.
+  let list: FrameList = EMPTY_LIST
+  let frameBuf = list.buf
+  let frameStart = list.start
+  let frameEnd = list.end
+  let starts = list.at
+  let oversizeBytes = list.oversize
   let count = 0
   const framer = new SseFramer({
     onFrameAt: (buf, start, end, at) => {
@@ -210,7 +212,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
 
   /** The chunk's frames are judged: what may go out goes; STOP after a fatal, or wait for the client. */
   const sendChunk = (): ChunkStep => {
-    frameBuf.fill(null, 0, count)
+    giveFrameList(list, count)
+    list = EMPTY_LIST
     const failed = failureOf(tracker)
     framesOut += admitted
     // The caller is about to see the stream's terminal event: its session may go on now.
@@ -234,6 +237,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const onChunk = (data: Buffer): ChunkStep => {
     chunk = data
     count = 0
+    list = takeFrameList()
+    frameBuf = list.buf; frameStart = list.start; frameEnd = list.end; starts = list.at; oversizeBytes = list.oversize
     framer.push(data)
     before = pendingBytes
     // In pending + chunk coordinates: everything up to the partial frame may go out.
@@ -404,6 +409,41 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
   await endResponse(res)
   scope.setFloating(0, 0)
   return { code: 'ok' }
+}
+
+/**
+ * The frames one chunk completed (see relayStream), in arrays whose capacity is kept: this
+ * worker's relays take one per chunk and give it back once the chunk is judged. A relay that
+ * grew its own lists anew for each exchange made ~40 KB of young garbage per 2000-event
+ * stream (measured: 80 scavenges per 2000 streams in a 1 MB semi-space, against 8 without).
+ * A list is taken per chunk, not per exchange, so only the chunks being judged at once hold
+ * one (a chunk waits only for the parse permit or the client).
+ */
+interface FrameList {
+  readonly buf: Array<Buffer | null>
+  readonly start: number[]
+  readonly end: number[]
+  readonly at: number[]
+  readonly oversize: number[]
+}
+
+const newFrameList = (): FrameList => ({ buf: [], start: [], end: [], at: [], oversize: [] })
+/** Before the first chunk: never written (a frame is only reported inside push()). */
+const EMPTY_LIST: FrameList = newFrameList()
+const freeFrameLists: FrameList[] = []
+/** Lists kept for reuse, and the capacity above which one is not kept (a chunk of many tiny frames). */
+const FREE_LISTS_KEPT = 16
+const FRAME_LIST_KEPT_CAPACITY = 2048
+
+function takeFrameList (): FrameList {
+  return freeFrameLists.pop() ?? newFrameList()
+}
+
+/** Clears the first `count` slots (no chunk stays reachable) and keeps the list for the next chunk. */
+function giveFrameList (list: FrameList, count: number): void {
+  if (list === EMPTY_LIST) return
+  list.buf.fill(null, 0, count)
+  if (freeFrameLists.length < FREE_LISTS_KEPT && list.buf.length <= FRAME_LIST_KEPT_CAPACITY) freeFrameLists.push(list)
 }
 
 /** A held answer goes out in slices of this size, each awaiting 'drain' when the socket is full. */
