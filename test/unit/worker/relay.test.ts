@@ -208,6 +208,41 @@ t.test('a chunk larger than the whole storage budget is the local capacity, neve
   t.same(idleOf(r.run.ledger), [])
 })
 
+t.test('a relay waiting for the parse permit keeps its chunk\'s frames while other relays run chunks of their own', async (t) => {
+  // The frame lists are shared through a worker-wide free list (worker/relay.ts FrameList). A
+  // relay that waits for the permit in the middle of a chunk must keep its list until that
+  // chunk is judged: here a second rig (same process, same free list) relays whole streams,
+  // cut at every 3 bytes, while the first waits; given back too early, the waiting relay's
+  // frames would be the other relays' (or cleared) when it goes on.
+  const other = await startRelayRig({ sseFrameBytes: FRAME_CAP })
+  t.teardown(other.close)
+  const bytes = Buffer.from(GOOD.join(''))
+  const otherBytes = Buffer.from([chunk('one'), chunk('two'), chunk('three'), chunk(null, 'stop'), DONE].join(''))
+  let release = (): void => {}
+  let waiting!: () => boolean
+  const first = relay(bytes, 0, undefined, (ledger) => {
+    t.ok(ledger.parse.tryAcquire(), 'the test holds the permit')
+    release = () => ledger.parse.release()
+    waiting = () => ledger.parse.snapshot().queued > 0
+  })
+  for (let i = 0; i < 200 && !waiting(); i++) await new Promise((resolve) => setTimeout(resolve, 5))
+  t.ok(waiting(), 'the first relay waits for the permit, its chunk half judged')
+  const wrong: string[] = []
+  for (let split = 0; split < otherBytes.length; split += 3) {
+    const r = await other.relay('chat', otherBytes, split)
+    if (!r.client.equals(otherBytes) || r.outcome.code !== 'ok' || r.rec.frames !== 5) wrong.push(`split ${split}: ${r.outcome.code}, ${r.rec.frames} frames, ${r.client.length} bytes`)
+  }
+  t.same(wrong, [], 'the other relays were whole')
+  t.ok(waiting(), 'the first relay was still waiting all along')
+  release()
+  const r = await first
+  t.ok(r.client.equals(bytes), 'the waiting relay went on with its own frames: byte-exact')
+  t.equal(r.outcome.code, 'ok')
+  t.equal(r.rec.frames, GOOD.length)
+  t.equal(r.rec.evidence, true)
+  t.same(idleOf(r.run.ledger), [])
+})
+
 t.test('the parse permit taken by another exchange when a frame needs it: the relay waits for it, then goes on, byte-exact, at every split', async (t) => {
   // The frames that are inspected (the finish chunk, usage, [DONE]) find the permit taken; it
   // is given back a few milliseconds later. The relay takes the asynchronous path (pauses the
