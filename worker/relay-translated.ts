@@ -23,7 +23,7 @@ import type { Protocol, TranslationBudget, Usage } from '../src/translate/canoni
 import type { StreamTranslator } from '../src/translate/stream/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
-import { drained, endResponse, type Outcome } from './relay.ts'
+import { ClientDrain, endResponse, type Outcome } from './relay.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
@@ -140,7 +140,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     onFrame: (frame) => { frames.push(frame) },
     onOversize: (bytes) => { if (oversize === 0) oversize = bytes; frames.push(null) },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
-  const stallMs = deps.config.limits.clientStallMs
+  const drain = new ClientDrain(res, signal, deps.config.limits.clientStallMs)
 
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...ctx.headers })
   let bytesOut = 0
@@ -184,7 +184,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     const ok = write(out)
     out = NOTHING
     if (translator.failure !== null || failure !== null) return STOP
-    if (!ok) return drained(res, signal, stallMs)
+    if (!ok) return drain.wait()
   }
   const onChunk = (data: Buffer): ChunkStep => {
     frames.length = 0
@@ -243,6 +243,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     rec.bytesOut = bytesOut
     return { code: err.code }
   } finally {
+    drain.close()
     translator.dispose()
     budget.drop()
     if (!scope.isReleased) scope.setFloating(0, 0)

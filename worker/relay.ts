@@ -45,30 +45,84 @@ interface RelayContext {
 }
 
 /**
- * Waits until the client drained. Rejects with client_closed when it went away, and with
- * client_stalled when it read nothing for `stallMs` (a stuck client must not hold its permit
- * forever).
+ * One exchange's waits for a full client socket. wait() resolves on the socket's 'drain';
+ * rejects with the exchange's abort cause (client_closed) when its signal aborts or the socket
+ * errs, and with client_stalled when the client read nothing for `stallMs` since that wait
+ * began (a stuck client must not hold its permit forever). close() when the relay is done:
+ * afterwards no listener and no timer of it is left.
+ *
+ * At throughput a relay waits here every chunk or two (node:http corks the socket until the
+ * next tick, so a 64 KiB write reports a full buffer). So the listeners are added once, at the
+ * first wait, and there is one stall timer for the exchange: each wait re-arms it
+ * (`refresh()`, no allocation), and when it fires between waits it does nothing. A wait costs
+ * one promise. (Per wait, a timer and three listeners, or before that AbortSignal.timeout +
+ * AbortSignal.any + events.once, were a fifth of the relay's per-chunk time.)
  */
-export function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
-  if (signal.aborted) return Promise.reject(abortCause(signal))
-  // Plain listeners and one timer: at throughput a relay waits here every few chunks, and
-  // AbortSignal.timeout + AbortSignal.any + events.once cost a fifth of its per-chunk time.
-  return new Promise<void>((resolve, reject) => {
-    const finish = (err: SluiceError | null): void => {
-      clearTimeout(stall)
-      res.off('drain', onDrain)
-      res.off('error', onFail)
-      signal.removeEventListener('abort', onFail)
-      if (err === null) resolve()
-      else reject(err)
+export class ClientDrain {
+  readonly #res: ServerResponse
+  readonly #signal: AbortSignal
+  readonly #stallMs: number
+  #timer: NodeJS.Timeout | null = null
+  #resolve: (() => void) | null = null
+  #reject: ((err: SluiceError) => void) | null = null
+  #closed = false
+
+  constructor (res: ServerResponse, signal: AbortSignal, stallMs: number) {
+    this.#res = res
+    this.#signal = signal
+    this.#stallMs = stallMs
+  }
+
+  wait (): Promise<void> {
+    if (this.#closed) throw new Error('client drain: wait after close')
+    if (this.#resolve !== null) throw new Error('client drain: a second wait while one is pending')
+    if (this.#signal.aborted) return Promise.reject(abortCause(this.#signal))
+    if (this.#timer === null) {
+      this.#res.on('drain', this.#onDrain)
+      this.#res.on('error', this.#onFail)
+      this.#signal.addEventListener('abort', this.#onFail)
+      this.#timer = setTimeout(this.#onStall, this.#stallMs)
+    } else {
+      this.#timer.refresh()
     }
-    const onDrain = (): void => finish(null)
-    const onFail = (): void => finish(signal.aborted ? abortCause(signal) : new SluiceError('client_stalled', { stallMs }))
-    const stall = setTimeout(onFail, stallMs)
-    res.once('drain', onDrain)
-    res.once('error', onFail)
-    signal.addEventListener('abort', onFail)
-  })
+    return new Promise<void>((resolve, reject) => {
+      this.#resolve = resolve
+      this.#reject = reject
+    })
+  }
+
+  /** Ends this exchange's waits: listeners and the timer go (a pending wait is left pending: call it only once none is). */
+  close (): void {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#timer === null) return
+    clearTimeout(this.#timer)
+    this.#res.off('drain', this.#onDrain)
+    this.#res.off('error', this.#onFail)
+    this.#signal.removeEventListener('abort', this.#onFail)
+  }
+
+  #settle (err: SluiceError | null): void {
+    const resolve = this.#resolve
+    const reject = this.#reject
+    if (resolve === null || reject === null) return // no wait pending: a drain or an error between waits
+    this.#resolve = null
+    this.#reject = null
+    if (err === null) resolve()
+    else reject(err)
+  }
+
+  readonly #onDrain = (): void => { this.#settle(null) }
+  readonly #onFail = (): void => { this.#settle(this.#signal.aborted ? abortCause(this.#signal) : new SluiceError('client_stalled', { stallMs: this.#stallMs })) }
+  /** The timer was last armed when the pending wait (if any) began: it has lasted stallMs. */
+  readonly #onStall = (): void => { this.#onFail() }
+}
+
+/** One wait on its own (a ClientDrain closed when it settles). */
+export function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
+  const d = new ClientDrain(res, signal, stallMs)
+  const w = d.wait()
+  return w.finally(() => d.close())
 }
 
 export async function relayStream (ctx: RelayContext): Promise<Outcome> {
@@ -113,7 +167,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   // no use to an SSE client anyway.)
   const pending: Buffer[] = []
   let pendingBytes = 0
-  const stallMs = deps.config.limits.clientStallMs
+  const drain = new ClientDrain(res, signal, deps.config.limits.clientStallMs)
 
   /** Writes the first n bytes of pending + chunk, keeps the rest pending; false = backpressure. */
   const flush = (chunk: Buffer | null, n: number): boolean => {
@@ -222,7 +276,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     const ok = flush(chunk, cut)
     chunk = null
     if (failed !== null) return STOP
-    if (!ok) return drained(res, signal, stallMs)
+    if (!ok) return drain.wait()
   }
 
   /** A frame waits for the parse permit: the rest of the chunk, asynchronously. */
@@ -259,7 +313,11 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   }
 
   try {
-    await pumpChunks(up.body, onChunk)
+    try {
+      await pumpChunks(up.body, onChunk)
+    } finally {
+      drain.close()
+    }
   } catch (err) {
     const se = signal.aborted ? abortCause(signal) : transportError(err, signal)
     if (se.code === 'client_stalled') {
@@ -382,6 +440,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     : { ...responseHeaders(up.headers, false), 'x-sluice-exchange-id': String(rec.exchangeId) }
   res.writeHead(up.statusCode, { ...headers, 'content-length': String(body.length) })
   let bytesOut = 0
+  const drain = new ClientDrain(res, signal, limits.clientStallMs)
   try {
     // Slices at the client's pace; the last one only after the session's slot is returned:
     // the caller must not hold the whole answer before that (see ExchangeScope.releaseLane).
@@ -390,7 +449,7 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
       if (at + slice.length === body.length) scope.releaseLane()
       const ok = res.write(slice)
       bytesOut += slice.length
-      if (!ok) await drained(res, signal, limits.clientStallMs)
+      if (!ok) await drain.wait()
     }
   } catch (err) {
     const se = signal.aborted ? abortCause(signal) : SluiceError.from(err)
@@ -401,6 +460,8 @@ export async function relayBuffered (ctx: RelayContext): Promise<Outcome> {
     if (se.code !== 'client_closed') deps.ledger.countRefusal(se.code)
     res.destroy()
     return { code: se.code }
+  } finally {
+    drain.close()
   }
   scope.releaseLane() // an empty body has no last slice
   rec.bytesOut = bytesOut

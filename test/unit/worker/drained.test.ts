@@ -1,4 +1,4 @@
-// drained (worker/relay.ts): the relay's wait for a full client socket. Resolves on 'drain';
+// drained and ClientDrain (worker/relay.ts): the relay's wait for a full client socket. Resolves on 'drain';
 // rejects with the exchange's abort cause when its signal aborts, and with client_stalled when
 // the client read nothing for stallMs; and leaves no listener or timer behind in any case.
 // A real node:http ServerResponse, filled until write() says no, and a real client socket that
@@ -8,7 +8,7 @@ import t, { type Test } from 'tap'
 import { createServer, type ServerResponse } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { once, getEventListeners } from 'node:events'
-import { drained } from '../../../worker/relay.ts'
+import { ClientDrain, drained } from '../../../worker/relay.ts'
 import { SluiceError } from '../../../src/errors.ts'
 
 async function fullResponse (t: Test): Promise<{ res: ServerResponse; client: Socket }> {
@@ -20,16 +20,20 @@ async function fullResponse (t: Test): Promise<{ res: ServerResponse; client: So
   const client = connect((srv.address() as { port: number }).port, '127.0.0.1')
   client.write('GET / HTTP/1.1\r\nhost: x\r\n\r\n')
   const res = await resP
-  client.pause()
   res.writeHead(200, { 'content-type': 'text/event-stream' })
+  await fill(res, client)
+  return { res, client }
+}
+
+/** Stops the client reading and writes until the kernel's buffers are full too: write() says no and no 'drain' comes for a while. */
+async function fill (res: ServerResponse, client: Socket): Promise<void> {
+  client.pause()
   const block = Buffer.alloc(64 * 1024, 120)
-  // Until the kernel's buffers are full too: write() says no and no 'drain' comes for a while.
   for (;;) {
     while (res.write(block)) { /* until this side's buffer is full */ }
     const drainedSoon = await once(res, 'drain', { signal: AbortSignal.timeout(100) }).then(() => true, () => false)
     if (!drainedSoon) break
   }
-  return { res, client }
 }
 
 const listeners = (res: ServerResponse, signal: AbortSignal) => ({ drain: res.listenerCount('drain'), error: res.listenerCount('error'), abort: getEventListeners(signal, 'abort').length })
@@ -85,3 +89,64 @@ t.test('no timer is left running after it resolved (the process can exit)', asyn
   await wait
   t.equal(timers(), before, 'cleared')
 })
+
+// ClientDrain: one exchange's waits share one set of listeners and one stall timer.
+t.test('ClientDrain: many waits, one set of listeners, nothing left after close()', async (t) => {
+  const { res, client } = await fullResponse(t)
+  const ac = new AbortController()
+  const before = listeners(res, ac.signal)
+  const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+  const timersBefore = timers()
+  const d = new ClientDrain(res, ac.signal, 5000)
+  t.same(listeners(res, ac.signal), before, 'nothing added before the first wait')
+  for (let i = 0; i < 3; i++) {
+    const wait = d.wait()
+    t.same(listeners(res, ac.signal), { drain: before.drain + 1, error: before.error + 1, abort: before.abort + 1 }, `wait ${i}: one listener of each`)
+    t.equal(timers(), timersBefore + 1, `wait ${i}: one stall timer`)
+    t.throws(() => d.wait(), /a second wait/, 'one wait at a time')
+    client.resume()
+    await wait
+    await fill(res, client) // for the next wait
+  }
+  d.close()
+  t.same(listeners(res, ac.signal), before, 'no listener left after close()')
+  t.equal(timers(), timersBefore, 'no timer left after close()')
+  t.throws(() => d.wait(), /after close/)
+  d.close() // twice is harmless
+})
+
+t.test('ClientDrain: the stall is counted from the start of each wait, not from the first', async (t) => {
+  const stallMs = 600
+  // A first wait that ends at once, then no quiet spell (the next wait begins while the timer
+  // the first one armed has not fired: filling the socket again takes ~100-200 ms) or one
+  // longer than stallMs (the timer fired with no wait pending and must do nothing); then a
+  // wait the client never ends: client_stalled, stallMs after it began.
+  for (const quietMs of [0, stallMs + 100]) {
+    const { res, client } = await fullResponse(t)
+    const d = new ClientDrain(res, new AbortController().signal, stallMs)
+    t.teardown(() => d.close())
+    const first = d.wait()
+    client.resume()
+    await first
+    await sleep(quietMs)
+    await fill(res, client)
+    const t0 = performance.now()
+    const err = await d.wait().then(() => null, (e: unknown) => e)
+    const waited = performance.now() - t0
+    t.ok(err instanceof SluiceError && err.code === 'client_stalled', `quiet ${quietMs} ms: client_stalled`)
+    t.ok(waited >= stallMs - 5, `quiet ${quietMs} ms: not before stallMs from this wait's start (${waited.toFixed(0)} ms)`)
+  }
+})
+
+t.test('ClientDrain: an abort rejects the pending wait with its cause, and every later wait at once', async (t) => {
+  const { res } = await fullResponse(t)
+  const ac = new AbortController()
+  const d = new ClientDrain(res, ac.signal, 5000)
+  t.teardown(() => d.close())
+  const wait = d.wait()
+  ac.abort(new SluiceError('exchange_cancelled'))
+  t.match(await wait.then(() => null, (e: unknown) => e), { code: 'exchange_cancelled' })
+  t.match(await d.wait().then(() => null, (e: unknown) => e), { code: 'exchange_cancelled' }, 'already aborted')
+})
+
+function sleep (ms: number): Promise<void> { return new Promise((resolve) => setTimeout(resolve, ms)) }
