@@ -89,14 +89,17 @@ export function pumpChunks (body: Readable, onChunk: (chunk: Buffer) => ChunkSte
       if (step === STOP) { finish(null); return }
       busy = true
       body.pause()
-      step.then((v) => {
-        busy = false
-        if (v === STOP) finish(null)
-        else settle()
-      }, (error: unknown) => {
-        busy = false
-        finish({ error })
-      })
+      step.then(stepDone, stepFailed)
+    }
+    // One handler's promise at a time: the same two callbacks serve every wait.
+    const stepDone = (v: void | typeof STOP): void => {
+      busy = false
+      if (v === STOP) finish(null)
+      else settle()
+    }
+    const stepFailed = (error: unknown): void => {
+      busy = false
+      finish({ error })
     }
     const onData = (chunk: Buffer): void => {
       if (done) return
