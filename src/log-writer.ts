@@ -23,7 +23,12 @@
 //
 // A line fd 1 does not take now waits in a queue of at most QUEUE_MAX_BYTES and is retried on
 // a timer; lines beyond that are dropped and counted, and the first line written after a drop
-// is a warning with how many were lost. The loop never waits for a reader.
+// is a warning with how many were lost. The loop never waits for a reader. A file out of room
+// (ENOSPC, EFBIG over RLIMIT_FSIZE, EDQUOT) is waited out the same way, so that the lines
+// resume when room comes back; only a descriptor that refuses for good (EPIPE, EBADF, ...)
+// makes the held lines go. A write that only part of a line went into (a file running out of
+// room mid-line) keeps the rest as bytes, so a line cut inside a UTF-8 character ends exactly
+// as it began, and nothing is written before it.
 
 import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs'
 import pino from 'pino'
@@ -48,6 +53,11 @@ export interface LineWriterOptions {
 }
 
 type Attempt = 'written' | 'again' | 'failed'
+/** A line, or the rest of one that was partly written (its bytes: it may begin mid-character). */
+type Held = string | Buffer
+
+/** Errors after which fd 1 may take lines again later: they are held and retried, not dropped. */
+const TRANSIENT = new Set(['EAGAIN', 'EWOULDBLOCK', 'EINTR', 'ENOSPC', 'EFBIG', 'EDQUOT'])
 
 /** A pino destination: write(line) never blocks, never throws, and holds a bounded queue. */
 export class LineWriter {
@@ -56,7 +66,7 @@ export class LineWriter {
   private readonly ownFd: boolean
   private readonly queueMax: number
   private readonly sonic: ReturnType<typeof pino.destination> | null = null
-  private readonly queue: string[] = []
+  private readonly queue: Held[] = []
   private queued = 0
   private dropped = 0
   private retryMs = RETRY_MIN_MS
@@ -112,7 +122,7 @@ export class LineWriter {
       this.retry()
     } else if (typeof r === 'object') {
       this.queue.push(r.rest) // the rest of a line begun: held whatever the cap
-      this.queued += Buffer.byteLength(r.rest)
+      this.queued += r.rest.length
       this.retry()
     }
     return true // written, or failed: fd 1 refuses for good (EPIPE)
@@ -144,20 +154,18 @@ export class LineWriter {
     if (this.ownFd) { try { closeSync(this.fd) } catch {} }
   }
 
-  /** One write(2) of the line: what became of it, or the part that was not written. */
-  private attempt (line: string): Attempt | { rest: string } {
+  /** One write(2) of the line: what became of it, or the bytes that were not written. */
+  private attempt (line: Held): Attempt | { rest: Buffer } {
     let n: number
     try {
-      n = writeSync(this.fd, line)
+      n = typeof line === 'string' ? writeSync(this.fd, line) : writeSync(this.fd, line)
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code
-      return code === 'EAGAIN' || code === 'EWOULDBLOCK' || code === 'EINTR' ? 'again' : 'failed'
+      return TRANSIENT.has((err as NodeJS.ErrnoException).code ?? '') ? 'again' : 'failed'
     }
-    if (n === line.length) return 'written'
-    const buf = Buffer.from(line)
-    if (n === buf.length) return 'written'
-    // Partial: only a file can do this (out of space); a pipe takes a line whole or not at all.
-    return { rest: buf.subarray(n).toString() }
+    // A count of bytes: a string's length is its byte count only when it is ASCII.
+    if (n === (typeof line === 'string' ? Buffer.byteLength(line) : line.length)) return 'written'
+    // Partial: only a file can do this (out of room); a pipe takes a line whole or not at all.
+    return { rest: (typeof line === 'string' ? Buffer.from(line) : line).subarray(n) }
   }
 
   private hold (line: string): void {
@@ -177,7 +185,7 @@ export class LineWriter {
       if (typeof r === 'object') {
         // The rest of a line goes before anything else (never dropped: it ends a line begun).
         if (notice) { this.dropped = 0; this.queue.push(r.rest) } else this.queue[0] = r.rest
-        this.queued += Buffer.byteLength(r.rest) - (notice ? 0 : Buffer.byteLength(line))
+        this.queued += r.rest.length - (notice ? 0 : Buffer.byteLength(line))
         continue
       }
       if (notice) this.dropped = 0

@@ -2,10 +2,11 @@
 // whose fd 1 is a FIFO, a regular file, or the socket a Node parent gives its child. A reader
 // that stops reading never stops the writer; what is held stays under its cap; what did not
 // fit is dropped, counted, and reported by a warning line once fd 1 takes lines again; every
-// line that arrives is whole and in order.
+// line that arrives is whole and in order. And a file that runs out of room in the middle of a
+// line (RLIMIT_FSIZE) gets the rest of that line, byte for byte, once it has room again.
 
 import t, { type Test } from 'tap'
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -105,6 +106,84 @@ t.test('a regular file: every line, one write each', async (t) => {
   t.equal(report.mode, 'direct')
   t.equal(report.queued, 0, 'nothing held')
   checkLines(t, readFileSync(file, 'utf8'), report)
+})
+
+t.test('a file that runs out of room mid-line: the rest is held as bytes and goes out when there is room again', async (t) => {
+  // RLIMIT_FSIZE, set on the child by prlimit once it is up (its own start-up writes files),
+  // makes the file refuse past LIMIT bytes: the second line, UTF-8 throughout, is cut inside a
+  // two-byte character, and every retry meets EFBIG (Node ignores SIGXFSZ) until the test
+  // raises the limit. Then the rest of that line and the third line follow. The file must hold
+  // exactly the three lines: the rest is the line's own bytes (not re-decoded from a cut
+  // character), nothing was dropped while the file was full, nothing was written before it.
+  const LIMIT = 1000
+  const a = JSON.stringify({ seq: 0, pad: 'a'.repeat(589) }) + '\n'
+  const b = JSON.stringify({ seq: 1, text: 'é'.repeat(300) }) + '\n'
+  const c = JSON.stringify({ seq: 2, text: 'done' }) + '\n'
+  const cutAt = LIMIT - Buffer.byteLength(a)
+  t.ok(cutAt > 0 && cutAt < Buffer.byteLength(b), 'the limit falls inside the second line')
+  t.ok(Buffer.from(b).subarray(0, cutAt).toString().endsWith('\uFFFD'), 'inside one of its characters')
+  const script = `
+import { LineWriter } from ${JSON.stringify(WRITER)}
+const say = (o) => process.stderr.write(JSON.stringify(o) + '\\n')
+// Node ignores SIGXFSZ, but under tap a signal-exit handler in the child catches it and raises
+// it again once its own hooks ran: a listener of our own keeps the signal ignored, as in sluice.
+process.on('SIGXFSZ', () => {})
+let step = 0
+let w
+say({ pid: process.pid })
+process.stdin.on('data', () => {
+  if (step++ === 0) {
+    w = new LineWriter({ fd: 1, maxWrite: 4096 })
+    for (const line of ${JSON.stringify([a, b, c])}) w.write(line)
+    say({ mode: w.mode, queued: w.queuedBytes, dropped: w.droppedLines })
+    return
+  }
+  const t = setInterval(() => {
+    w.flush()
+    if (w.queuedBytes === 0) { clearInterval(t); w.end(); process.exit(0) }
+  }, 10)
+})
+`
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-logw-'))
+  const file = join(dir, 'out.log')
+  const fd = openSync(file, 'w')
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['pipe', fd, 'pipe'] })
+  closeSync(fd)
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve))
+  const said: Array<Record<string, unknown>> = []
+  let err = ''
+  const waiters: Array<() => void> = []
+  child.stderr!.setEncoding('utf8')
+  child.stderr!.on('data', (d: string) => {
+    err += d
+    for (let nl = err.indexOf('\n'); nl >= 0; nl = err.indexOf('\n')) {
+      said.push(JSON.parse(err.slice(0, nl)) as Record<string, unknown>)
+      err = err.slice(nl + 1)
+      waiters.shift()?.()
+    }
+  })
+  const next = async (): Promise<Record<string, unknown>> => {
+    if (said.length === 0) await new Promise<void>((resolve) => waiters.push(resolve))
+    return said.shift()!
+  }
+  const prlimit = (fsize: string): void => {
+    // The child's own pid (under tap the pid spawn() returns may not be that process's).
+    const r = spawnSync('prlimit', ['--pid', String(pid), `--fsize=${fsize}`])
+    t.equal(r.status, 0, `prlimit --fsize=${fsize} ${r.stderr.toString()}`)
+  }
+  const { pid } = await next() as { pid: number }
+  prlimit(`${LIMIT}:unlimited`)
+  child.stdin!.write('write\n')
+  const report = await next() as unknown as Report
+  await new Promise((resolve) => setTimeout(resolve, 100)) // retries meet EFBIG meanwhile
+  t.equal(readFileSync(file).length, LIMIT, 'the file stopped at the limit')
+  prlimit('unlimited:unlimited')
+  child.stdin!.write('go\n')
+  t.equal(await exited, 0, 'the child exited cleanly')
+  t.equal(report.mode, 'direct')
+  t.equal(report.queued, Buffer.byteLength(a + b + c) - LIMIT, 'the rest of the cut line and the next line were held')
+  t.equal(report.dropped, 0)
+  t.ok(readFileSync(file).equals(Buffer.from(a + b + c)), 'the file holds the three lines exactly')
 })
 
 t.test('the socket a Node parent gives: sonic-boom, its queue bounded too', async (t) => {
