@@ -78,15 +78,16 @@ const STARTED = performance.now()
 const C1_ROUNDS = QUICK ? 5 : 12
 const C_ROUNDS = QUICK ? 3 : 8
 const CONCURRENCY = [1, 32, 96] as const
+/** The throughput and per-exchange runs in this many blocks, the paths alternating (the counts below are multiples of it). */
+const TP_BLOCKS = QUICK ? 2 : 4
 const TP_SEQ = QUICK ? 16 : 40
 const TP_PAR = 8
-const TP_PAR_ROUNDS = QUICK ? 4 : 10
-/** The throughput and per-exchange runs, and the staggered latency runs, in this many blocks, the paths alternating. */
-const TP_BLOCKS = QUICK ? 2 : 4
+const TP_PAR_ROUNDS = QUICK ? 4 : 12
+/** The staggered latency runs in this many blocks, the paths alternating. */
 const STAG_BLOCKS = 2
 const CANCEL_N = QUICK ? 10 : 20
 const LANE_STREAMS = QUICK ? 3 : 5 // staggered case: streams per lane, back to back (the first is not counted)
-const PER_EXCHANGE_N = QUICK ? 150 : 400 // a multiple of TP_BLOCKS
+const PER_EXCHANGE_N = QUICK ? 150 : 400
 const START_SPAWNS = QUICK ? 2 : 3 // of the default-config sluice; the main instance adds one
 
 const body = (directive: string): Buffer => Buffer.from(JSON.stringify({
