@@ -144,6 +144,9 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   let starts = list.at
   let oversizeBytes = list.oversize
   let count = 0
+  const useList = (l: FrameList): void => {
+    list = l; frameBuf = l.buf; frameStart = l.start; frameEnd = l.end; starts = l.at; oversizeBytes = l.oversize
+  }
   const framer = new SseFramer({
     onFrameAt: (buf, start, end, at) => {
       frameBuf[count] = buf; frameStart[count] = start; frameEnd[count] = end; starts[count] = at; oversizeBytes[count] = 0; count++
@@ -267,7 +270,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   /** The chunk's frames are judged: what may go out goes; STOP after a fatal, or wait for the client. */
   const sendChunk = (): ChunkStep => {
     giveFrameList(list, count)
-    list = EMPTY_LIST
+    useList(EMPTY_LIST) // the list may be another relay's from now on
     const failed = failureOf(tracker)
     framesOut += admitted
     // The caller is about to see the stream's terminal event: its session may go on now.
@@ -291,8 +294,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const onChunk = (data: Buffer): ChunkStep => {
     chunk = data
     count = 0
-    list = takeFrameList()
-    frameBuf = list.buf; frameStart = list.start; frameEnd = list.end; starts = list.at; oversizeBytes = list.oversize
+    useList(takeFrameList())
     framer.push(data)
     before = pendingBytes
     // In pending + chunk coordinates: everything up to the partial frame may go out.
