@@ -8,6 +8,7 @@ import t, { type Test } from 'tap'
 import { createServer, type ServerResponse } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { once, getEventListeners } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { ClientDrain, drained } from '../../../worker/relay.ts'
 import { SluiceError } from '../../../src/errors.ts'
 
@@ -149,4 +150,3 @@ t.test('ClientDrain: an abort rejects the pending wait with its cause, and every
   t.match(await d.wait().then(() => null, (e: unknown) => e), { code: 'exchange_cancelled' }, 'already aborted')
 })
 
-function sleep (ms: number): Promise<void> { return new Promise((resolve) => setTimeout(resolve, ms)) }

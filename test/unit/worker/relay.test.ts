@@ -11,6 +11,7 @@ import type { Ledger } from '../../../src/ledger/ledger.ts'
 import { verifyRecord } from '../../../src/sse/sign.ts'
 import { assertIdle } from '../ledger/helpers.ts'
 import { ExchangeScope } from '../../../worker/scope.ts'
+import { until } from '../../helpers/gateway.ts'
 import { boundaries, chunk, DONE, idleOf, PROVIDER_KEY, SIGNING_KEY, startRelayRig, tailOf, USAGE, type RelayResult } from './helpers.ts'
 
 const FRAME_CAP = 1024
@@ -225,7 +226,7 @@ t.test('a relay waiting for the parse permit keeps its chunk\'s frames while oth
     release = () => ledger.parse.release()
     waiting = () => ledger.parse.snapshot().queued > 0
   })
-  for (let i = 0; i < 200 && !waiting(); i++) await new Promise((resolve) => setTimeout(resolve, 5))
+  await until(() => waiting(), 'the first relay waits for the permit', 10_000)
   t.ok(waiting(), 'the first relay waits for the permit, its chunk half judged')
   const wrong: string[] = []
   for (let split = 0; split < otherBytes.length; split += 3) {
