@@ -81,7 +81,8 @@ export class ClientDrain {
       this.#res.on('drain', this.#onDrain)
       this.#res.on('error', this.#onFail)
       this.#signal.addEventListener('abort', this.#onFail)
-      this.#timer = setTimeout(this.#onStall, this.#stallMs)
+      // The timer was last armed when the pending wait (if any) began: firing, it has lasted stallMs.
+      this.#timer = setTimeout(this.#onFail, this.#stallMs)
     } else {
       this.#timer.refresh()
     }
@@ -114,15 +115,6 @@ export class ClientDrain {
 
   readonly #onDrain = (): void => { this.#settle(null) }
   readonly #onFail = (): void => { this.#settle(this.#signal.aborted ? abortCause(this.#signal) : new SluiceError('client_stalled', { stallMs: this.#stallMs })) }
-  /** The timer was last armed when the pending wait (if any) began: it has lasted stallMs. */
-  readonly #onStall = (): void => { this.#onFail() }
-}
-
-/** One wait on its own (a ClientDrain closed when it settles). */
-export function drained (res: ServerResponse, signal: AbortSignal, stallMs: number): Promise<void> {
-  const d = new ClientDrain(res, signal, stallMs)
-  const w = d.wait()
-  return w.finally(() => d.close())
 }
 
 export async function relayStream (ctx: RelayContext): Promise<Outcome> {
@@ -130,29 +122,21 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const inspector: ProtocolInspector = inspectorFor(ROUTE_PROTOCOL[ctx.route])
   const tracker = new StreamTracker(inspector)
   // What the chunk being pushed completed, in stream order, processed right after push(): the
-  // first `count` slots of these arrays. Frame i is frameBuf[i][frameStart[i], frameEnd[i]) —
-  // in the chunk itself, or in the framer's copy of a frame that spanned chunks — or, when
-  // frameBuf[i] is null, an oversize frame of oversizeBytes[i] bytes; starts[i] is where it
+  // first `count` slots of `list`. Frame i is list.buf[i][list.start[i], list.end[i]) — in the
+  // chunk itself, or in the framer's copy of a frame that spanned chunks — or, when
+  // list.buf[i] is null, an oversize frame of list.oversize[i] bytes; list.at[i] is where it
   // begins in the chunk. An oversize frame is judged in its place, after the frames before it.
-  // The arrays are a FrameList taken for each chunk and given back (its slots cleared, so no
-  // chunk is kept reachable) once the chunk's frames are judged: nothing is allocated per
-  // frame, per chunk or per exchange for them.
+  // The list is taken for each chunk and given back (its slots cleared, so no chunk is kept
+  // reachable) once the chunk's frames are judged: nothing is allocated per frame, per chunk
+  // or per exchange for them.
   let list: FrameList = EMPTY_LIST
-  let frameBuf = list.buf
-  let frameStart = list.start
-  let frameEnd = list.end
-  let starts = list.at
-  let oversizeBytes = list.oversize
   let count = 0
-  const useList = (l: FrameList): void => {
-    list = l; frameBuf = l.buf; frameStart = l.start; frameEnd = l.end; starts = l.at; oversizeBytes = l.oversize
-  }
   const framer = new SseFramer({
     onFrameAt: (buf, start, end, at) => {
-      frameBuf[count] = buf; frameStart[count] = start; frameEnd[count] = end; starts[count] = at; oversizeBytes[count] = 0; count++
+      list.buf[count] = buf; list.start[count] = start; list.end[count] = end; list.at[count] = at; list.oversize[count] = 0; count++
     },
     onOversize: (bytes, at) => {
-      frameBuf[count] = null; frameStart[count] = 0; frameEnd[count] = 0; starts[count] = at; oversizeBytes[count] = bytes; count++
+      list.buf[count] = null; list.start[count] = 0; list.end[count] = 0; list.at[count] = at; list.oversize[count] = bytes; count++
     },
   }, { maxFrameBytes: deps.config.limits.sseFrameBytes })
 
@@ -206,7 +190,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   let inspecting = 0
 
   const inspectFrame = (): void => {
-    const frame = frameBuf[inspecting]!.subarray(frameStart[inspecting], frameEnd[inspecting])
+    const frame = list.buf[inspecting]!.subarray(list.start[inspecting], list.end[inspecting])
     try {
       tracker.apply(inspector.inspect(frame))
     } catch (err) {
@@ -224,12 +208,12 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       // unless it quotes a configured provider key: then only the (scrubbed) tail does.
       // Either way nothing after it does, even when this chunk carries more: cut where
       // the next frame begins (the rest of the chunk is the held-back partial frame).
-      const buf = frameBuf[i]!
-      if (!now.inBand || deps.router.scrubber.carriesSecret(buf.subarray(frameStart[i], frameEnd[i]))) cut = Math.max(0, before + starts[i])
+      const buf = list.buf[i]!
+      if (!now.inBand || deps.router.scrubber.carriesSecret(buf.subarray(list.start[i], list.end[i]))) cut = Math.max(0, before + list.at[i])
       else {
         admitted++
         inBandRelayed = true
-        if (i + 1 < count) cut = before + starts[i + 1]
+        if (i + 1 < count) cut = before + list.at[i + 1]
       }
       return true
     }
@@ -246,18 +230,18 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     for (let i = from; i < count && cut > 0; i++) {
       wasFailed = failureOf(tracker) !== null
       wasClosed = tracker.closed
-      const buf = frameBuf[i]
+      const buf = list.buf[i]
       if (buf === null) {
         // Over the cap: nothing of it goes out (it may have begun in held-back bytes).
-        tracker.oversize(oversizeBytes[i])
+        tracker.oversize(list.oversize[i])
         if (!wasFailed) {
           terminalBeforeFailure = wasClosed
-          cut = Math.max(0, before + starts[i])
+          cut = Math.max(0, before + list.at[i])
         }
         return -1
       }
-      const fs = frameStart[i]
-      const fe = frameEnd[i]
+      const fs = list.start[i]
+      const fe = list.end[i]
       if (tracker.frameAt(buf, fs, fe, inspector.classifyAt(buf, fs, fe))) {
         inspecting = i
         if (!scope.tryUnderParse(inspectFrame)) return i
@@ -270,7 +254,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   /** The chunk's frames are judged: what may go out goes; STOP after a fatal, or wait for the client. */
   const sendChunk = (): ChunkStep => {
     giveFrameList(list, count)
-    useList(EMPTY_LIST) // the list may be another relay's from now on
+    list = EMPTY_LIST // the list may be another relay's from now on
     const failed = failureOf(tracker)
     framesOut += admitted
     // The caller is about to see the stream's terminal event: its session may go on now.
@@ -294,7 +278,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const onChunk = (data: Buffer): ChunkStep => {
     chunk = data
     count = 0
-    useList(takeFrameList())
+    list = takeFrameList()
     framer.push(data)
     before = pendingBytes
     // In pending + chunk coordinates: everything up to the partial frame may go out.

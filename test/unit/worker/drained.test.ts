@@ -1,6 +1,6 @@
-// drained and ClientDrain (worker/relay.ts): the relay's wait for a full client socket. Resolves on 'drain';
+// ClientDrain (worker/relay.ts): the relay's waits for a full client socket. Resolves on 'drain';
 // rejects with the exchange's abort cause when its signal aborts, and with client_stalled when
-// the client read nothing for stallMs; and leaves no listener or timer behind in any case.
+// the client read nothing for stallMs; and once closed leaves no listener or timer behind.
 // A real node:http ServerResponse, filled until write() says no, and a real client socket that
 // reads (or not) when told.
 
@@ -9,7 +9,7 @@ import { createServer, type ServerResponse } from 'node:http'
 import { connect, type Socket } from 'node:net'
 import { once, getEventListeners } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { ClientDrain, drained } from '../../../worker/relay.ts'
+import { ClientDrain } from '../../../worker/relay.ts'
 import { SluiceError } from '../../../src/errors.ts'
 
 async function fullResponse (t: Test): Promise<{ res: ServerResponse; client: Socket }> {
@@ -39,14 +39,16 @@ async function fill (res: ServerResponse, client: Socket): Promise<void> {
 
 const listeners = (res: ServerResponse, signal: AbortSignal) => ({ drain: res.listenerCount('drain'), error: res.listenerCount('error'), abort: getEventListeners(signal, 'abort').length })
 
-t.test('resolves when the client reads, and leaves nothing behind', async (t) => {
+t.test('resolves when the client reads, and leaves nothing behind once closed', async (t) => {
   const { res, client } = await fullResponse(t)
   const ac = new AbortController()
   const before = listeners(res, ac.signal)
-  const wait = drained(res, ac.signal, 5000)
+  const d = new ClientDrain(res, ac.signal, 5000)
+  const wait = d.wait()
   t.not(listeners(res, ac.signal).drain, before.drain, 'waiting on drain')
   client.resume()
   await wait
+  d.close()
   t.same(listeners(res, ac.signal), before, 'no listener left')
 })
 
@@ -55,10 +57,12 @@ t.test('client_stalled when nothing is read for stallMs', async (t) => {
   const ac = new AbortController()
   const before = listeners(res, ac.signal)
   const t0 = performance.now()
-  const err = await drained(res, ac.signal, 60).then(() => null, (e: unknown) => e)
+  const d = new ClientDrain(res, ac.signal, 60)
+  const err = await d.wait().then(() => null, (e: unknown) => e)
   t.ok(err instanceof SluiceError && err.code === 'client_stalled', 'client_stalled')
   t.match((err as SluiceError).details, { stallMs: 60 })
   t.ok(performance.now() - t0 >= 55, 'not before stallMs')
+  d.close()
   t.same(listeners(res, ac.signal), before, 'no listener left')
 })
 
@@ -66,28 +70,34 @@ t.test('the signal aborting: its SluiceError reason, or client_closed; an aborte
   const { res } = await fullResponse(t)
   const ac = new AbortController()
   const before = listeners(res, ac.signal)
-  const wait = drained(res, ac.signal, 5000)
+  const d = new ClientDrain(res, ac.signal, 5000)
+  const wait = d.wait()
   ac.abort(new SluiceError('exchange_cancelled'))
   const err = await wait.then(() => null, (e: unknown) => e)
   t.ok(err instanceof SluiceError && err.code === 'exchange_cancelled', 'the reason')
+  d.close()
   t.same(listeners(res, ac.signal), before, 'no listener left')
 
   const plain = new AbortController()
-  const w2 = drained(res, plain.signal, 5000)
+  const d2 = new ClientDrain(res, plain.signal, 5000)
+  t.teardown(() => d2.close())
+  const w2 = d2.wait()
   plain.abort()
   t.match(await w2.then(() => null, (e: unknown) => e), { code: 'client_closed' })
-  t.match(await drained(res, plain.signal, 5000).then(() => null, (e: unknown) => e), { code: 'client_closed' }, 'already aborted')
+  t.match(await d2.wait().then(() => null, (e: unknown) => e), { code: 'client_closed' }, 'already aborted')
 })
 
-t.test('no timer is left running after it resolved (the process can exit)', async (t) => {
+t.test('no timer is left running once closed (the process can exit)', async (t) => {
   const { res, client } = await fullResponse(t)
   const ac = new AbortController()
   const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
   const before = timers()
-  const wait = drained(res, ac.signal, 60_000)
+  const d = new ClientDrain(res, ac.signal, 60_000)
+  const wait = d.wait()
   t.equal(timers(), before + 1, 'one stall timer while waiting')
   client.resume()
   await wait
+  d.close()
   t.equal(timers(), before, 'cleared')
 })
 
