@@ -81,8 +81,9 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   // gpt-tokenizer's encoder (megabytes) is required on the first count_tokens, from node_modules.
   const all = text(new Set(files))
   t.ok(all.includes('"gpt-tokenizer/encoding/o200k_base"') && !all.includes('mergeable tokens and special tokens'), 'gpt-tokenizer is required at run time, not bundled')
-  // koffi (malloc_trim, src/malloc-trim.ts) is required on the first idle trim, in the primary only.
-  t.ok(text(primary).includes('"koffi"') && !text(worker).includes('"koffi"') && !all.includes('koffi.node'), 'koffi is required at run time by the primary, not bundled')
+  // koffi is required at run time: by the primary for malloc_trim (src/malloc-trim.ts), and by
+  // every thread that logs to a socket for send(2) (src/log-writer.ts); never bundled.
+  t.ok(text(primary).includes('"koffi"') && text(worker).includes('"koffi"') && !all.includes('koffi.node'), 'koffi is required at run time (primary and HTTP worker), not bundled')
   for (const thread of ['primary/sim-thread.js', 'src/json/task.js']) {
     const got = text(loads(thread))
     t.ok(!zod.test(got) && !fastify.test(got), `${thread}: neither zod nor fastify`)

@@ -1,5 +1,6 @@
 // src/log-writer.ts, on real descriptors: a child process writes lines through a LineWriter
-// whose fd 1 is a FIFO, a regular file, or the socket a Node parent gives its child. A reader
+// whose fd 1 is a FIFO, a regular file, or the socket a Node parent gives its child (written
+// with send(2), or through sonic-boom where send cannot be used). A reader
 // that stops reading never stops the writer; what is held stays under its cap; what did not
 // fit is dropped, counted, and reported by a warning line once fd 1 takes lines again; every
 // line that arrives is whole and in order. And a file that runs out of room in the middle of a
@@ -7,7 +8,7 @@
 
 import t, { type Test } from 'tap'
 import { spawn, spawnSync } from 'node:child_process'
-import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fifo } from '../helpers/gateway.ts'
@@ -20,9 +21,9 @@ const CAP = 256 * 1024
  * The child: writes LINES lines of ~600 bytes at once, reports on stderr (mode, held bytes,
  * dropped lines) and, once `go` arrives on stdin, drains and reports again before it exits.
  */
-const CHILD = `
+const child = (opts = ''): string => `
 import { LineWriter } from ${JSON.stringify(WRITER)}
-const w = new LineWriter({ fd: 1, maxWrite: 4096, queueMaxBytes: ${CAP} })
+const w = new LineWriter({ fd: 1, maxWrite: 4096, queueMaxBytes: ${CAP}${opts} })
 const pad = 'x'.repeat(580)
 for (let i = 0; i < ${LINES}; i++) w.write(JSON.stringify({ seq: i, pad }) + '\\n')
 process.stderr.write(JSON.stringify({ mode: w.mode, queued: w.queuedBytes, dropped: w.droppedLines }) + '\\n')
@@ -33,6 +34,7 @@ process.stdin.once('data', () => {
   }, 10)
 })
 `
+const CHILD = child()
 
 interface Report { mode: string; queued: number; dropped: number }
 
@@ -186,12 +188,12 @@ process.stdin.on('data', () => {
   t.ok(readFileSync(file).equals(Buffer.from(a + b + c)), 'the file holds the three lines exactly')
 })
 
-t.test('the socket a Node parent gives: sonic-boom, its queue bounded too', async (t) => {
-  // Not reading the child's stdout until it reported: the socket fills, sonic-boom holds the rest.
-  const { report, text } = await new Promise<{ report: Report; text: string }>((resolve, reject) => {
+/** The child on the socket a Node parent gives (not read until the child reported: the socket fills). */
+async function onSocket (code: string): Promise<{ report: Report; text: string }> {
+  return await new Promise<{ report: Report; text: string }>((resolve, reject) => {
     let stdoutText = ''
     let stderr = ''
-    const child = spawn(process.execPath, ['--input-type=module', '-e', CHILD], { stdio: ['pipe', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['pipe', 'pipe', 'pipe'] })
     child.stdout!.pause()
     child.stdout!.setEncoding('utf8')
     child.stderr!.setEncoding('utf8')
@@ -211,8 +213,95 @@ t.test('the socket a Node parent gives: sonic-boom, its queue bounded too', asyn
       else resolve({ report: rep, text: stdoutText })
     })
   })
+}
+
+t.test('the socket a Node parent gives: one send(2) per line, the writer goes on, holds at most its cap, drops and reports the rest', async (t) => {
+  const { report, text } = await onSocket(CHILD)
+  t.equal(report.mode, 'socket', 'a socket is written with send(2) in the thread itself')
+  t.ok(report.queued > 0 && report.queued <= CAP, `held ${report.queued} bytes, at most the cap (${CAP})`)
+  t.ok(report.dropped > 0, `${report.dropped} lines dropped while nobody read`)
+  t.same(checkLines(t, text, report), [report.dropped], 'one warning, after the held lines')
+})
+
+t.test('a socket where send(2) is not used: sonic-boom, its queue bounded too', async (t) => {
+  const { report, text } = await onSocket(child(', socketSend: false'))
   t.equal(report.mode, 'fallback')
   t.ok(report.queued <= CAP, `held ${report.queued} bytes, at most the cap (${CAP})`)
   t.ok(report.dropped > 0, `${report.dropped} lines dropped while nobody read`)
   checkLines(t, text, report)
+})
+
+t.test('three threads on one socket, a reader that stalls: every line whole, each thread in order, every line there or counted', async (t) => {
+  const THREADS = 3
+  const PER = 1500
+  // Each worker thread has its own LineWriter on fd 1 (as sluice's primary and HTTP workers do).
+  const code = `
+import { Worker, isMainThread, workerData } from 'node:worker_threads'
+import { LineWriter } from ${JSON.stringify(WRITER)}
+if (isMainThread) {
+  const ws = Array.from({ length: ${THREADS} }, (_, i) => new Worker(new URL(import.meta.url), { workerData: i }))
+  const modes = ws.map((w) => new Promise((r) => w.once('message', r)))
+  const exits = ws.map((w) => new Promise((r) => w.once('exit', r)))
+  await Promise.all(exits)
+  process.stderr.write(JSON.stringify({ modes: await Promise.all(modes) }) + '\\n')
+} else {
+  const w = new LineWriter({ fd: 1, maxWrite: 4096, queueMaxBytes: ${CAP} })
+  const pad = 'y'.repeat(1500 + workerData * 300)
+  for (let i = 0; i < ${PER}; i++) { w.write(JSON.stringify({ thread: workerData, seq: i, pad }) + '\\n'); if (i % 100 === 0) await new Promise((r) => setTimeout(r, 1)) }
+  const { parentPort } = await import('node:worker_threads')
+  parentPort.postMessage(w.mode)
+  await new Promise((resolve) => { const t = setInterval(() => { w.flush(); if (w.queuedBytes === 0 && w.droppedLines === 0) { clearInterval(t); w.end(); resolve() } }, 5) })
+}
+`
+  // A file, not -e: the worker threads load the same module.
+  const file = join(mkdtempSync(join(tmpdir(), 'sluice-logw-')), 'threads.mjs')
+  writeFileSync(file, code)
+  const child = spawn(process.execPath, [file], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let text = ''
+  let stderr = ''
+  child.stdout!.setEncoding('utf8')
+  child.stderr!.setEncoding('utf8')
+  child.stderr!.on('data', (c: string) => { stderr += c })
+  // The reader stalls now and then: the socket fills, each writer holds, drops and recovers.
+  child.stdout!.on('data', (c: string) => {
+    text += c
+    child.stdout!.pause()
+    setTimeout(() => child.stdout!.resume(), 2)
+  })
+  const exit = await new Promise<number | null>((resolve) => child.once('close', resolve))
+  t.equal(exit, 0, `the child exited cleanly ${stderr}`)
+  t.same((JSON.parse(stderr.trim().split('\n').pop()!) as { modes: string[] }).modes, Array(THREADS).fill('socket'), 'every thread writes with send(2)')
+  const lines = text.split('\n')
+  t.equal(lines.pop(), '', 'the output ends with a whole line')
+  const parsed = lines.map((l) => { try { return JSON.parse(l) as { thread?: number; seq?: number; droppedLines?: number } } catch { return null } })
+  t.same(parsed.flatMap((p, i) => p === null ? [lines[i].slice(0, 60)] : []), [], 'every line is whole JSON: no two threads\' lines interleaved')
+  const arrived = parsed.filter((p) => p?.seq !== undefined)
+  for (let th = 0; th < THREADS; th++) {
+    const seqs = arrived.filter((p) => p!.thread === th).map((p) => p!.seq!)
+    t.ok(seqs.every((s, i) => i === 0 || s > seqs[i - 1]), `thread ${th}: its lines in the order written`)
+  }
+  const dropped = parsed.reduce((n, p) => n + (p?.droppedLines ?? 0), 0)
+  t.equal(arrived.length + dropped, THREADS * PER, `every line arrived (${arrived.length}) or was counted in a warning (${dropped})`)
+})
+
+t.test('a socket whose reader is gone: the writer neither throws nor holds, the thread goes on', async (t) => {
+  const code = `
+import { LineWriter } from ${JSON.stringify(WRITER)}
+const w = new LineWriter({ fd: 1, maxWrite: 4096, queueMaxBytes: ${CAP} })
+process.stdin.once('data', () => {
+  for (let i = 0; i < 100; i++) w.write(JSON.stringify({ seq: i }) + '\\n')
+  process.stderr.write(JSON.stringify({ mode: w.mode, queued: w.queuedBytes, dropped: w.droppedLines }) + '\\n')
+  process.exit(0)
+})
+`
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['pipe', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr!.setEncoding('utf8')
+  child.stderr!.on('data', (c: string) => { stderr += c })
+  child.stdout!.destroy() // the reading end closed: a send is EPIPE
+  await new Promise((r) => setTimeout(r, 50))
+  child.stdin!.write('go\n')
+  const exit = await new Promise<number | null>((resolve) => child.once('close', resolve))
+  t.equal(exit, 0, `no SIGPIPE, no throw: the child exited cleanly ${stderr}`)
+  t.same(JSON.parse(stderr.trim()), { mode: 'socket', queued: 0, dropped: 0 }, 'nothing held for a reader that is gone (EPIPE is not retried)')
 })
