@@ -33,7 +33,7 @@
 //      STAG_BLOCKS blocks, the paths interleaved (rotated by one a block; see interleaved()).
 //   2. throughput: streams of 2000 events back to back (`tokens=2000 interval=0`), some in
 //      sequence and some 8 in parallel: events/s at the client, and the gateway's CPU
-//      (utime+stime from /proc/<pid>/stat, all threads) per 1000 relayed events; and the
+//      (each thread's run time from /proc/<pid>/task/*/schedstat, in ns) per 1000 relayed events; and the
 //      gateway's CPU per exchange (one-delta streams in sequence), the fixed cost. Both in
 //      TP_BLOCKS blocks, the paths interleaved (no path twice in a row), so a slow spell of the
 //      machine falls on both paths; the table adds the per-block sluice / pass-through ratios (median, range).
@@ -58,7 +58,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
 import { limitsSchema } from '../src/config/schema.ts'
-import { alive, cpuMs, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, type Child, type Quota } from './exchange-os.ts'
+import { alive, cpuMsSince, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
 
 const args = process.argv.slice(2)
 const QUICK = args.includes('--quick')
@@ -422,7 +422,7 @@ function interleaved<T> (paths: readonly T[], block: number): readonly T[] {
 
 /** One block of the throughput run on one path: `seq` streams in sequence, then `par` rounds of TP_PAR; added into `out`. */
 async function throughputBlock (p: Path, out: Throughput, seq: number, par: number): Promise<void> {
-  const cpu0 = p.pid === null ? NaN : cpuMs(p.pid)
+  const cpu0 = p.pid === null ? null : threadCpuNs(p.pid)
   let events = 0
   let t = performance.now()
   for (let i = 0; i < seq; i++) {
@@ -439,7 +439,7 @@ async function throughputBlock (p: Path, out: Throughput, seq: number, par: numb
   out.parMs += performance.now() - t
   out.events += events
   if (p.pid !== null) {
-    const cpu = cpuMs(p.pid) - cpu0
+    const cpu = cpuMsSince(p.pid, cpu0!)
     out.cpuMs += cpu
     out.blocks.push(cpu / (events / 1000))
   }
@@ -474,9 +474,9 @@ async function perExchangeCpu (paths: readonly Path[]): Promise<Record<string, {
   for (let b = 0; b < TP_BLOCKS; b++) {
     for (const p of interleaved(paths, b)) {
       const o = out[p.key]
-      const cpu0 = cpuMs(p.pid!)
+      const cpu0 = threadCpuNs(p.pid!)
       for (let i = 0; i < n; i++) if (!(await stream(p.origin, TINY_BODY)).ok) o.errors++
-      const cpu = cpuMs(p.pid!) - cpu0
+      const cpu = cpuMsSince(p.pid!, cpu0)
       o.cpu += cpu
       o.n += n
       o.blocks.push(cpu / n)
@@ -626,11 +626,11 @@ async function main (): Promise<void> {
     const rounds = c === 1 ? C1_ROUNDS : C_ROUNDS
     for (let r = 0; r < rounds; r++) {
       for (const p of paths) {
-        const cpu0 = p.pid === null ? NaN : cpuMs(p.pid)
+        const cpu0 = p.pid === null ? null : threadCpuNs(p.pid)
         const t0 = performance.now()
         record(lat[c][p.key], await round(p.origin, c, LATENCY_BODY))
         if (c === 96 && p.key !== 'direct') {
-          share96[p.key].cpu += cpuMs(p.pid!) - cpu0
+          share96[p.key].cpu += cpuMsSince(p.pid!, cpu0!)
           share96[p.key].wall += performance.now() - t0
         }
         await sleep(30)
