@@ -176,7 +176,7 @@ export class LineWriter {
     if (this.ownFd) { try { closeSync(this.fd) } catch {} }
   }
 
-  /** One write(2) of the line: what became of it, or the bytes that were not written. */
+  /** One write(2) of the line (send(2) on a socket): what became of it, or the bytes that were not written. */
   private attempt (line: Held): Attempt | { rest: Buffer } {
     let n: number
     if (this.send !== null) {
