@@ -230,14 +230,18 @@ function healthz (port: number, path = '/healthz'): Promise<boolean> {
 
 interface SimEnd { outcome: string; eventsSent: number; t: bigint }
 const simEndWaiters = new Map<string, (e: SimEnd) => void>()
+/** When the sim saw a tagged request arrive and wrote its answer's first bytes (hrtime ns). */
+const simTimes = new Map<string, { req?: bigint; first?: bigint }>()
 
 async function startSimProcess (): Promise<{ child: Child; url: string }> {
   let ready!: (url: string) => void
   const url = new Promise<string>((resolve) => { ready = resolve })
   const child = launch('sim', [NODE, [join(HERE, 'exchange-sim.ts')]], (line) => {
-    let j: { url?: string; end?: string; outcome?: string; eventsSent?: number; t?: string }
+    let j: { url?: string; req?: string; first?: string; end?: string; outcome?: string; eventsSent?: number; t?: string }
     try { j = JSON.parse(line) } catch { return false }
     if (j.url !== undefined) ready(j.url)
+    if (j.req !== undefined) simTimes.set(j.req, { ...simTimes.get(j.req), req: BigInt(j.t ?? '0') })
+    if (j.first !== undefined) simTimes.set(j.first, { ...simTimes.get(j.first), first: BigInt(j.t ?? '0') })
     if (j.end !== undefined) {
       const w = simEndWaiters.get(j.end)
       simEndWaiters.delete(j.end)
@@ -367,13 +371,27 @@ const round = (origin: string, n: number, payload: Buffer) =>
  * about n streams are in flight all along but they arrive one by one instead of in a burst.
  */
 async function lanes (origin: string, n: number, lat: Lat): Promise<void> {
+  const tagged: { id: string; t0: bigint; first: bigint }[] = []
   await Promise.all(Array.from({ length: n }, async (_, i) => {
     await sleep(i * 500 / n)
     for (let k = 0; k < LANE_STREAMS; k++) {
-      const r = await stream(origin, LATENCY_BODY)
-      if (k > 0) record(lat, [r])
+      // Counted streams are tagged: the sim reports when it saw the request and answered.
+      const id = `stag-${process.pid}-${benchSeq++}`
+      const one = { id, t0: 0n, first: 0n }
+      one.t0 = process.hrtime.bigint()
+      const r = await stream(origin, LATENCY_BODY, k > 0 ? { benchId: id, onFirst: () => { one.first = process.hrtime.bigint() } } : {})
+      if (k > 0) { record(lat, [r]); if (r.ok) tagged.push(one) }
     }
   }))
+  await sleep(50) // the sim's last lines
+  for (const { id, t0, first } of tagged) {
+    const s = simTimes.get(id)
+    simTimes.delete(id)
+    if (s?.req === undefined || s.first === undefined || first === 0n) continue
+    lat.up.push(Number(s.req - t0) / 1e6)
+    lat.sim.push(Number(s.first - s.req) / 1e6)
+    lat.down.push(Number(first - s.first) / 1e6)
+  }
 }
 
 function pct (xs: number[], p: number): number {
@@ -387,8 +405,13 @@ function pct (xs: number[], p: number): number {
 
 type PathKey = 'direct' | 'pass' | 'sluice'
 interface Path { key: PathKey; origin: string; pid: number | null }
-interface Lat { ttfb: number[]; total: number[]; errors: number; firstError?: string }
-const newLat = (): Lat => ({ ttfb: [], total: [], errors: 0 })
+interface Lat {
+  ttfb: number[]; total: number[]; errors: number; firstError?: string
+  /** Staggered streams only, split at the sim: request sent -> the sim has its headers; the sim's
+   *  own time to its first write (ttft); that write -> the client's first byte. */
+  up: number[]; sim: number[]; down: number[]
+}
+const newLat = (): Lat => ({ ttfb: [], total: [], errors: 0, up: [], sim: [], down: [] })
 function record (lat: Lat, rs: Result[]): void {
   for (const r of rs) {
     if (r.ok) { lat.ttfb.push(r.ttfb); lat.total.push(r.total) } else { lat.errors++; lat.firstError ??= r.error ?? `status ${r.status}` }
@@ -709,6 +732,11 @@ async function main (): Promise<void> {
   }
   for (const c of CONCURRENCY) latRow('ttfb', c, c === 1 ? undefined : [1, 4])
   for (const c of [32, 96]) latRow('ttfb', c, [1, 4], true)
+  for (const c of [32, 96]) {
+    // Where the staggered TTFB goes: to the sim, in the sim, back (p50 of each part, ms).
+    const parts = (k: PathKey) => `${f(pct(stag[c][k].up, 50))} / ${f(pct(stag[c][k].sim, 50))} / ${f(pct(stag[c][k].down, 50))}`
+    rows.push([`  @${c} staggered, p50 to the sim / in the sim / back to the client, ms`, parts('direct'), parts('pass'), parts('sluice'), '', ''])
+  }
   {
     const d = lat[96].direct.ttfb
     rows.push(['TTFB @96, default limits (32+64 queued)', pair(f(pct(d, 50)), f(pct(d, 99))), '', pair(plus(pct(latDefault.ttfb, 50) - pct(d, 50)), plus(pct(latDefault.ttfb, 99) - pct(d, 99))), '(queueing by design)', ''])
@@ -788,6 +816,11 @@ async function main (): Promise<void> {
     const [p50, p99] = added(stag, c, 'pass')
     const [s50, s99] = added(stag, c, 'sluice')
     issue.push([`  ${c} streams, arrivals staggered`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
+    const split = (k: PathKey) => {
+      const d = stag[c].direct
+      return `${plus(pct(stag[c][k].up, 50) - pct(d.up, 50))} / ${plus(pct(stag[c][k].down, 50) - pct(d.down, 50))} ms`
+    }
+    issue.push(['    ...of it, added p50 on the way to the provider / on the way back', split('pass'), split('sluice'), '', ''])
   }
   issue.push(['CPU share while relaying 96 streams', `${f(share('pass'))} %`, `${f(share('sluice'))} %`, '<= 1.3x the pass-through', `${f(share('sluice') / share('pass'))}x: ${share('sluice') / share('pass') <= 1.3 ? 'met' : 'MISSED'}`])
   const k1 = { pass: cpuPer1k(tp.pass), sluice: cpuPer1k(tp.sluice) }

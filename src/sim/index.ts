@@ -1,6 +1,6 @@
 // The simulated model provider (`sluice sim`, and the embedded default upstream).
 export { startSim, DEFAULT_MODELS } from './server.ts'
-export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimBodyEvent, SimEndEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
+export type { Sim, SimOptions, SimEndpoint, SimRequestEvent, SimBodyEvent, SimFirstEvent, SimEndEvent, SimOutcome, SimStats, SimEvents } from './server.ts'
 export { parseDirective, faultKeysOf, lastUserText, DEFAULT_DIRECTIVE, FAULTS, LIMITS } from './directive.ts'
 export type { SimDirective, SimFault, SimProtocol } from './directive.ts'
 export { parseScenario, DEFAULT_SCENARIO, SCENARIO_LIMITS, STREAM_ERRORS, STREAM_ERROR_ROWS, TRUNCATIONS, RATE_LIMIT_RETRY } from './scenario.ts'

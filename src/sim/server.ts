@@ -124,9 +124,15 @@ export interface SimBodyEvent {
   directiveText: string | null
 }
 
+/** A streamed answer's first bytes (headers and its first frames) handed to the socket. */
+export interface SimFirstEvent {
+  id: number
+}
+
 export interface SimEvents {
   request: [SimRequestEvent]
   body: [SimBodyEvent]
+  first: [SimFirstEvent]
   end: [SimEndEvent]
 }
 
@@ -158,6 +164,9 @@ class Exchange {
   /** See SimEndEvent.faultAt. */
   faultAt: number | undefined = undefined
   eventsSent = 0
+  /** The streamed answer's first chunk was written; then onFirstWrite ran (the 'first' event). */
+  firstSent = false
+  onFirstWrite: (() => void) | null = null
   status = 0
   #wake: (() => void) | null = null
 
@@ -340,6 +349,7 @@ export async function startSim(opts: SimOptions = {}): Promise<Sim> {
     const r = route(path, req.headers)
     const key = keyOf(req.headers)
     const ex = new Exchange(++nextId, res)
+    ex.onFirstWrite = () => events.emit('first', { id: ex.id })
     counters.requests++
     counters.active++
     const socket: MarkedSocket | null = req.socket
@@ -469,7 +479,11 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
     const chunk = batch
     batch = ''
     sinceYield += chunk.length
-    if (!res.write(chunk)) {
+    const first = !ex.firstSent
+    ex.firstSent = true
+    const ok = res.write(chunk)
+    if (first) ex.onFirstWrite?.()
+    if (!ok) {
       sinceYield = 0
       return ex.drain()
     }

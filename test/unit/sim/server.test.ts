@@ -4,7 +4,7 @@ import OpenAI from 'openai'
 import Anthropic from '@anthropic-ai/sdk'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { nextExchange, rawRequest, startSim, type SimEndEvent, type SimRequestEvent } from '../../../src/sim/index.ts'
+import { nextExchange, rawRequest, startSim, type SimEndEvent, type SimFirstEvent, type SimRequestEvent } from '../../../src/sim/index.ts'
 
 const KEY = 'sk-sim-secret'
 const sim = await startSim({ apiKey: KEY })
@@ -174,4 +174,26 @@ t.test('CLI arguments', async t => {
   t.throws(() => parseSimArgs(['--port', 'x']))
   t.throws(() => parseSimArgs(['--port']))
   t.throws(() => parseSimArgs(['--verbose']))
+})
+
+t.test('a streamed answer reports its first write once, between the request and the end; a JSON answer none', async t => {
+  const order: string[] = []
+  const onRequest = (e: SimRequestEvent): void => { order.push(`request ${e.id}`) }
+  const onFirst = (e: SimFirstEvent): void => { order.push(`first ${e.id}`) }
+  const onEnd = (e: SimEndEvent): void => { order.push(`end ${e.id}`) }
+  sim.events.on('request', onRequest)
+  sim.events.on('first', onFirst)
+  sim.events.on('end', onEnd)
+  t.teardown(() => { sim.events.off('request', onRequest); sim.events.off('first', onFirst); sim.events.off('end', onEnd) })
+  const streamed = await rawRequest(sim.url, { path: '/v1/chat/completions', body: { ...chatBody, stream: true, messages: [{ role: 'user', content: '#sim tokens=3 interval=5' }] }, headers: { authorization: `Bearer ${KEY}` } })
+  t.equal(streamed.status, 200)
+  t.match(streamed.body.toString(), /data: \[DONE\]/)
+  const json = await rawRequest(sim.url, { path: '/v1/chat/completions', body: chatBody, headers: { authorization: `Bearer ${KEY}` } })
+  t.equal(json.status, 200)
+  await new Promise((resolve) => setTimeout(resolve, 20)) // 'end' follows the close
+  const ids = [...new Set(order.map((o) => Number(o.split(' ')[1])))]
+  t.equal(ids.length, 2, 'two exchanges')
+  const [s, j] = ids
+  t.same(order.filter((o) => o.endsWith(` ${s}`)), [`request ${s}`, `first ${s}`, `end ${s}`], 'the stream: request, its first write once, end')
+  t.same(order.filter((o) => o.endsWith(` ${j}`)), [`request ${j}`, `end ${j}`], 'the JSON answer: no first-write event')
 })
