@@ -41,9 +41,9 @@
 // as it began, and nothing is written before it.
 
 import { closeSync, constants, fstatSync, openSync, writeSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import { constants as osConstants } from 'node:os'
 import pino from 'pino'
+import { glibc } from './libc.ts'
 
 /** Bytes of lines held while fd 1 does not take them; lines beyond are dropped (and counted). */
 export const QUEUE_MAX_BYTES = 1024 * 1024
@@ -178,23 +178,22 @@ export class LineWriter {
 
   /** One write(2) of the line (send(2) on a socket): what became of it, or the bytes that were not written. */
   private attempt (line: Held): Attempt | { rest: Buffer } {
+    // A count of bytes: a string's length is its byte count only when it is ASCII.
+    const bytes = typeof line === 'string' ? Buffer.byteLength(line) : line.length
     let n: number
     if (this.send !== null) {
-      const bytes = typeof line === 'string' ? Buffer.byteLength(line) : line.length
       n = this.send(this.fd, line, bytes)
       if (n < 0) return TRANSIENT.has(ERRNO_NAMES.get(-n) ?? '') ? 'again' : 'failed'
-      if (n === bytes) return 'written'
-      // Partial: the socket's buffer filled in the middle of the line.
-      return { rest: (typeof line === 'string' ? Buffer.from(line) : line).subarray(n) }
+    } else {
+      try {
+        n = typeof line === 'string' ? writeSync(this.fd, line) : writeSync(this.fd, line)
+      } catch (err) {
+        return TRANSIENT.has((err as NodeJS.ErrnoException).code ?? '') ? 'again' : 'failed'
+      }
     }
-    try {
-      n = typeof line === 'string' ? writeSync(this.fd, line) : writeSync(this.fd, line)
-    } catch (err) {
-      return TRANSIENT.has((err as NodeJS.ErrnoException).code ?? '') ? 'again' : 'failed'
-    }
-    // A count of bytes: a string's length is its byte count only when it is ASCII.
-    if (n === (typeof line === 'string' ? Buffer.byteLength(line) : line.length)) return 'written'
-    // Partial: only a file can do this (out of room); a pipe takes a line whole or not at all.
+    if (n === bytes) return 'written'
+    // Partial: a file out of room, or a socket whose buffer filled mid-line; a pipe takes a
+    // line whole or not at all.
     return { rest: (typeof line === 'string' ? Buffer.from(line) : line).subarray(n) }
   }
 
@@ -274,22 +273,19 @@ const MSG_NOSIGNAL = 0x4000
 /** errno values -> names (EAGAIN, ...), for TRANSIENT. */
 const ERRNO_NAMES = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]))
 
-/** glibc's send(2) through koffi (loaded once per thread, on the first socket), or null where it cannot be. */
+/** glibc's send(2) (src/libc.ts), or null where it cannot be bound. */
 function socketSender (): Sender | null {
-  if (process.platform !== 'linux') return null
+  const libc = glibc()
+  if (libc === null) return null
+  let send: (fd: number, data: string | Buffer, bytes: number, flags: number) => number
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as {
-      load(path: string): { func(signature: string): (fd: number, data: string | Buffer, bytes: number, flags: number) => number }
-      errno(): number
-    }
-    // libc.so.6 is glibc's soname; musl has none by that name, and then this throws.
-    const send = koffi.load('libc.so.6').func('intptr_t send(int fd, const char *buf, size_t len, int flags)')
-    return (fd, data, bytes) => {
-      const n = send(fd, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL)
-      return n >= 0 ? n : -koffi.errno()
-    }
+    send = libc.func('intptr_t send(int fd, const char *buf, size_t len, int flags)')
   } catch {
     return null
+  }
+  return (fd, data, bytes) => {
+    const n = send(fd, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL)
+    return n >= 0 ? n : -libc.errno()
   }
 }
 

@@ -7,11 +7,11 @@
 //
 // malloc_trim is process-wide (every arena), so the primary calls it, once, a moment after a
 // thread says it has given memory back: its own idle collection, an HTTP worker's, an HTTP
-// worker's parser thread retired. The call goes through koffi (an FFI library with prebuilt
-// binaries, loaded on the first trim, in the primary only). Where there is no glibc (musl,
-// macOS) or koffi cannot load, nothing is trimmed and nothing fails.
+// worker's parser thread retired. The call goes through koffi (src/libc.ts: glibc bound on a
+// thread's first use). Where there is no glibc (musl, macOS) or koffi cannot load, nothing is
+// trimmed and nothing fails.
 
-import { createRequire } from 'node:module'
+import { glibc } from './libc.ts'
 
 interface Trim {
   (pad: number): number
@@ -24,14 +24,8 @@ let bound: Trim | null | undefined
 /** glibc's malloc_trim, bound on first use; null where it is not available. */
 function binding (): Trim | null {
   if (bound !== undefined) return bound
-  bound = null
-  if (process.platform !== 'linux') return bound
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as {
-      load(path: string): { func(signature: string): Trim }
-    }
-    // libc.so.6 is glibc's soname; musl has none by that name, and then this throws.
-    bound = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)')
+    bound = glibc()?.func<Trim>('int malloc_trim(size_t pad)') ?? null
   } catch {
     bound = null
   }
