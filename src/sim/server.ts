@@ -164,8 +164,7 @@ class Exchange {
   /** See SimEndEvent.faultAt. */
   faultAt: number | undefined = undefined
   eventsSent = 0
-  /** The streamed answer's first chunk was written; then onFirstWrite ran (the 'first' event). */
-  firstSent = false
+  /** Runs once, after the streamed answer's first write (the 'first' event); null afterwards. */
   onFirstWrite: (() => void) | null = null
   status = 0
   #wake: (() => void) | null = null
@@ -479,10 +478,10 @@ async function streamResponse(ex: Exchange, renderer: Renderer, script: Script, 
     const chunk = batch
     batch = ''
     sinceYield += chunk.length
-    const first = !ex.firstSent
-    ex.firstSent = true
+    const onFirst = ex.onFirstWrite
+    ex.onFirstWrite = null
     const ok = res.write(chunk)
-    if (first) ex.onFirstWrite?.()
+    onFirst?.()
     if (!ok) {
       sinceYield = 0
       return ex.drain()
