@@ -377,8 +377,7 @@ async function lanes (origin: string, n: number, lat: Lat): Promise<void> {
     for (let k = 0; k < LANE_STREAMS; k++) {
       // Counted streams are tagged: the sim reports when it saw the request and answered.
       const id = `stag-${process.pid}-${benchSeq++}`
-      const one = { id, t0: 0n, first: 0n }
-      one.t0 = process.hrtime.bigint()
+      const one = { id, t0: process.hrtime.bigint(), first: 0n }
       const r = await stream(origin, LATENCY_BODY, k > 0 ? { benchId: id, onFirst: () => { one.first = process.hrtime.bigint() } } : {})
       if (k > 0) { record(lat, [r]); if (r.ok) tagged.push(one) }
     }
@@ -697,8 +696,7 @@ async function main (): Promise<void> {
   const tp = await throughput(paths)
   const peakTp = { sluice: sampler.peak(gw.child.pid), pass: sampler.peak(pass.pid) }
   sampler.stop()
-  const perExAll = await perExchangeCpu([P.pass, P.sluice])
-  const perEx = { pass: perExAll.pass, sluice: perExAll.sluice }
+  const perEx = await perExchangeCpu([P.pass, P.sluice])
 
   // 4. caller cancel -> upstream closed
   const cn = {} as Record<PathKey, Cancel>

@@ -24,13 +24,13 @@
 //      gateway's CPU across those rounds per 1000 upstream events is reported too.
 //   2. throughput: rounds of 8 parallel streams of 2000 events back to back
 //      (`tokens=2000 interval=0`), paths interleaved round by round; the gateway process's CPU
-//      (utime+stime from /proc/<pid>/stat, all threads, exchange-os.ts cpuMs) per 1000
+//      (each thread's schedstat run time, exchange-os.ts threadCpuNs / cpuMsSince) per 1000
 //      UPSTREAM events (the Chat frames the sim sent, the same for every path; a translated
 //      client receives a different number of frames, shown alongside). The rounds include
 //      each exchange's fixed cost (8 per 2000-event round).
 //   3. the gateway's CPU per exchange, from one-delta streams (`tokens=1`) in sequence, paths
-//      interleaved in batches of 40: the fixed cost; and the throughput figure less it. /proc counts
-//      CPU in 10 ms clock ticks: each reading spans a whole round or batch, never one stream.
+//      interleaved in batches of 40: the fixed cost; and the throughput figure less it. Each
+//      CPU reading spans a whole round or batch.
 //
 //   node native-bench/translate-exchange.bench.ts [--quick] [--cpu-prof-dir DIR]
 // (also run by `npm run bench`). --cpu-prof-dir runs sluice under `node --cpu-prof` and leaves
@@ -44,7 +44,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent } from 'undici'
-import { cpuMs, launchChild, machine, makeQuota, stopChild, type Child, type Quota } from './exchange-os.ts'
+import { cpuMsSince, launchChild, machine, makeQuota, stopChild, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
 import { killAllSync, live } from '../src/load/run.ts'
 
 const QUICK = process.argv.includes('--quick')
@@ -219,26 +219,23 @@ const newAcc = (): Acc => ({ ttfb: [], tDelta: [], frames: 0, streams: 0, cpuMs:
 
 /** n streams started together on p; the gateway's CPU across the round is added to acc. */
 async function round (p: Path, n: number, payload: Buffer, acc: Acc | null): Promise<void> {
-  const c0 = p.pid === null ? 0 : cpuMs(p.pid)
+  const c0 = p.pid === null ? null : threadCpuNs(p.pid)
   const rs = await Promise.all(Array.from({ length: n }, () => stream(p.origin, p.proto, payload)))
-  const c1 = p.pid === null ? 0 : cpuMs(p.pid)
+  const cpu = p.pid === null ? 0 : cpuMsSince(p.pid, c0!)
   if (acc === null) return
-  acc.cpuMs += c1 - c0
+  acc.cpuMs += cpu
   for (const r of rs) {
     if (!r.ok) { acc.errors++; acc.firstError ??= r.error; continue }
     acc.ttfb.push(r.ttfb); acc.tDelta.push(r.tDelta); acc.frames += r.frames; acc.streams++
   }
 }
 
-/**
- * n streams one after the other on p, the gateway's CPU read once around all of them
- * (/proc counts CPU in clock ticks of 10 ms: one reading per batch, not per stream).
- */
+/** n streams one after the other on p, the gateway's CPU read once around all of them. */
 async function sequence (p: Path, n: number, payload: Buffer, acc: Acc): Promise<void> {
-  const c0 = p.pid === null ? 0 : cpuMs(p.pid)
+  const c0 = p.pid === null ? null : threadCpuNs(p.pid)
   const rs: Result[] = []
   for (let i = 0; i < n; i++) rs.push(await stream(p.origin, p.proto, payload))
-  acc.cpuMs += (p.pid === null ? 0 : cpuMs(p.pid)) - c0
+  acc.cpuMs += p.pid === null ? 0 : cpuMsSince(p.pid, c0!)
   for (const r of rs) {
     if (!r.ok) { acc.errors++; acc.firstError ??= r.error; continue }
     acc.streams++
@@ -352,7 +349,7 @@ async function main (): Promise<void> {
   if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
   console.log(`sluice: 1 worker, provider sim-chat (openai-chat, gpt-4o*); every client asks for ${MODEL}: Responses and Messages clients are translated`)
   console.log(`latency: #sim ${LATENCY} (${upLat} upstream frames), ${done.lat} rounds of ${CONC} streams started together, paths interleaved; added = path pXX - direct pXX`)
-  console.log(`throughput: #sim ${THROUGHPUT} (${upTp} upstream frames), ${done.tp} rounds of ${TP_PAR} parallel streams, paths interleaved; gateway CPU = utime+stime of its process, all threads`)
+  console.log(`throughput: #sim ${THROUGHPUT} (${upTp} upstream frames), ${done.tp} rounds of ${TP_PAR} parallel streams, paths interleaved; gateway CPU = the run time of each of its threads (schedstat)`)
   console.log('')
   console.log(table(rows))
   console.log('')
