@@ -57,6 +57,22 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 }
 
 /**
+ * The common case: the whole body came in with the headers (Node's parser marks the request
+ * complete, its end pushed), so it lies in the request's buffer. It is read out synchronously,
+ * with no listeners, no deadline timers and no 'data' turn (~50 us of the request path).
+ */
+function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
+  // Destroyed since (the caller went away): nothing of it is read, as on the 'close' path.
+  if (req.readableAborted) return Promise.reject(new SluiceError('client_closed'))
+  try {
+    for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) onChunk(chunk)
+  } catch (err) {
+    return Promise.reject(SluiceError.from(err))
+  }
+  return Promise.resolve()
+}
+
+/**
  * Feeds each chunk of `req` to `onChunk` (synchronously; a throw ends the read with that
  * error) until the body ends. Rejects with client_closed when the caller goes away or the
  * signal aborts, and body_timeout at either deadline. Settles exactly once; every listener
@@ -65,6 +81,7 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void): Promise<void> {
   if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
   if (req.readableEnded) return Promise.resolve()
+  if (req.complete) return drainComplete(req, onChunk)
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false

@@ -33,14 +33,14 @@ interface Rig { ledger: Ledger; server: TestServer; next (): Promise<Read> }
  * body's length, or the refusal's status) and reported to the test. The scope is discarded
  * after the answer, as an exchange's refusal would be. Every answer closes the connection.
  */
-async function rig (t: Test, limits: Partial<BodyLimits> = {}, storageBytes = 1_000, signalFor?: (req: IncomingMessage) => AbortSignal): Promise<Rig> {
+async function rig (t: Test, limits: Partial<BodyLimits> = {}, storageBytes = 1_000, signalFor?: (req: IncomingMessage) => AbortSignal, before?: (req: IncomingMessage) => Promise<void>): Promise<Rig> {
   const ledger = makeLedger({ storageBytes })
   const reads: Read[] = []
   const waiters: Array<(r: Read) => void> = []
   const server = await startServer((req, res) => {
     const scope = new ExchangeScope(ledger)
     const signal = signalFor?.(req) ?? new AbortController().signal
-    void readBody(req, scope, { ...LIMITS, ...limits }, signal).then(
+    void (before ? before(req) : Promise.resolve()).then(() => readBody(req, scope, { ...LIMITS, ...limits }, signal)).then(
       (u8) => ({ body: Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength), bufferBytes: u8.buffer.byteLength, error: null, held: scope.heldBytes }),
       (err) => ({ body: null, bufferBytes: 0, error: SluiceError.from(err), held: scope.heldBytes }),
     ).then((r) => {
@@ -282,3 +282,51 @@ t.test('the signal: aborted before the read, or during it, is client_closed', as
 
 /** The whole answer: every response here closes its connection. */
 function closeAfter (c: Raw): Promise<string> { return c.response }
+
+/** Until Node's parser has the whole request (the body lies in the request's buffer). */
+async function untilComplete (req: IncomingMessage): Promise<void> {
+  while (!req.complete) await sleep(2)
+}
+
+t.test('a body already complete when the read begins (a request that waited for its permit) is read out of the buffer at once', async (t) => {
+  const r = await rig(t, {}, 1_000, undefined, untilComplete)
+  const c = raw(r.server.port, post({ 'content-length': 11 }))
+  for (const part of ['hel', 'lo ', 'world']) { await sleep(5); c.socket.write(part) }
+  const read = await r.next()
+  t.equal(read.error, null)
+  t.equal(read.body?.toString(), 'hello world')
+  t.equal(read.bufferBytes, 11)
+  t.equal(read.held, 11)
+  t.match(await closeAfter(c), /^HTTP\/1\.1 200/)
+  assertIdle(t, r.ledger)
+
+  // chunked, several chunks buffered: assembled into one exact buffer
+  const r2 = await rig(t, {}, 1_000, undefined, untilComplete)
+  const c2 = raw(r2.server.port, post({ 'transfer-encoding': 'chunked' }))
+  for (const part of ['ab', 'cde', 'f']) { await sleep(5); c2.socket.write(chunk(part)) }
+  c2.socket.write('0\r\n\r\n')
+  const read2 = await r2.next()
+  t.equal(read2.body?.toString(), 'abcdef')
+  t.equal(read2.bufferBytes, 6)
+  t.equal(read2.held, 6)
+  await closeAfter(c2)
+  assertIdle(t, r2.ledger)
+
+  // over the cap: still refused, and nothing held past the refusal
+  const r3 = await rig(t, { maxBodyBytes: 4 }, 1_000, undefined, untilComplete)
+  const c3 = raw(r3.server.port, post({ 'transfer-encoding': 'chunked' }) + chunk('abc') + chunk('def') + '0\r\n\r\n')
+  const read3 = await r3.next()
+  t.equal(read3.error?.code, 'payload_too_large')
+  await closeAfter(c3)
+  assertIdle(t, r3.ledger)
+})
+
+t.test('a complete request destroyed before its read (the caller went away) is client_closed, never a short body', async (t) => {
+  const r = await rig(t, {}, 1_000, undefined, async (req) => { await untilComplete(req); req.destroy() })
+  const c = raw(r.server.port, post({ 'transfer-encoding': 'chunked' }) + chunk('abc') + '0\r\n\r\n')
+  const read = await r.next()
+  t.equal(read.error?.code, 'client_closed')
+  t.equal(read.held, 0)
+  c.socket.destroy()
+  assertIdle(t, r.ledger)
+})
