@@ -18,7 +18,7 @@ import { accept } from './accept.ts'
 import { newRecord, runIdentity, type ExchangeDeps } from './deps.ts'
 import { refusedAtTheDoor, runExchange } from './exchange.ts'
 import { refuseReply } from './reply.ts'
-import { sessionIdOf } from './session-id.ts'
+import { sessionIdOfRequest } from './session-id.ts'
 
 export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): void {
   void fastify.register(async (scope) => {
@@ -67,21 +67,18 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
 /** One blocking exchange: accepted (or refused at the door), then run to its release. */
 async function serveBlocking (deps: ExchangeDeps, route: Route, req: IncomingMessage, res: ServerResponse): Promise<unknown> {
   const started = performance.now()
-  const ac = new AbortController()
-  const onClose = (): void => { if (!res.writableFinished) ac.abort() }
-  res.once('close', onClose)
   const exchangeId = randomUUID()
   const known: { keyName?: string | null; sessionId?: string | null } = {}
   let accepted
   try {
-    accepted = accept(deps, req, { mode: 'blocking', exchangeId, sessionId: () => sessionIdOf(req.headersDistinct), signal: ac.signal, known })
+    // No abort signal: acceptance is synchronous, so the caller cannot go away during it, and
+    // runExchange watches the response from its first line.
+    accepted = accept(deps, req, { mode: 'blocking', exchangeId, sessionId: () => sessionIdOfRequest(req), known })
   } catch (err) {
-    res.off('close', onClose)
     const rec = newRecord({ exchangeId, runId: runIdentity(req), route, mode: 'blocking', keyName: known.keyName ?? null, sessionId: known.sessionId ?? null })
     refusedAtTheDoor(deps, req, res, rec, SluiceError.from(err), started)
     return rec
   }
-  res.off('close', onClose)
   return runExchange(deps, accepted, route, req, res)
 }
 

@@ -12,7 +12,7 @@ import type { Ledger, LedgerOptions } from '../../../src/ledger/ledger.ts'
 import { assertIdle, makeLedger } from '../ledger/helpers.ts'
 import { accept, type Accepted, type AcceptOptions } from '../../../worker/accept.ts'
 import { ExchangeScope } from '../../../worker/scope.ts'
-import { sessionIdOf } from '../../../worker/session-id.ts'
+import { sessionIdOfRequest } from '../../../worker/session-id.ts'
 import { KEY, KEY_NAME, startServer, turnsTaken, unitConfig, unitDeps, type UnitDeps } from './helpers.ts'
 
 type Outcome = { accepted: Accepted; error: null } | { accepted: null; error: SluiceError }
@@ -21,7 +21,7 @@ interface Rig {
   ledger: Ledger
   deps: UnitDeps
   /** Sends one request; its handler runs accept(deps, req, opts(req)). */
-  send (headers: Record<string, string>, opts?: (req: IncomingMessage) => Partial<AcceptOptions>): Promise<Outcome>
+  send (headers: Record<string, string> | string[], opts?: (req: IncomingMessage) => Partial<AcceptOptions>): Promise<Outcome>
 }
 
 const AUTH = { authorization: `Bearer ${KEY}` }
@@ -42,7 +42,7 @@ async function rig (t: Test, ledgerOptions: Partial<LedgerOptions> = {}, limits:
       let out: Outcome | null = null
       handle = (req) => {
         try {
-          out = { accepted: accept(deps, req, { mode: 'blocking', sessionId: () => sessionIdOf(req.headersDistinct), ...opts(req) }), error: null }
+          out = { accepted: accept(deps, req, { mode: 'blocking', sessionId: () => sessionIdOfRequest(req), ...opts(req) }), error: null }
         } catch (err) {
           out = { accepted: null, error: SluiceError.from(err) }
         }
@@ -94,6 +94,29 @@ t.test('a refused auth counts nothing and reads nothing else', async (t) => {
     t.same(known, {})
   }
   t.same(counted(r.ledger, 'run-auth'), { turns: 0, entered: 0 })
+  assertIdle(t, r.ledger)
+})
+
+t.test('a session header given twice, in any case, is refused; each header name counts alone', async (t) => {
+  const r = await rig(t)
+  const auth = ['authorization', `Bearer ${KEY}`]
+  for (const [name, headers] of [
+    ['same case', [...auth, 'x-session-id', 's-a', 'x-session-id', 's-b']],
+    ['two cases', [...auth, 'X-Session-Id', 's-a', 'x-session-id', 's-a']],
+    ['Codex CLI\'s header', [...auth, 'session-id', 's-a', 'Session-ID', 's-b']],
+  ] as const) {
+    const out = await r.send([...headers])
+    t.equal(out.error?.code, 'invalid_request', `${name}: refused`)
+    t.equal(out.error?.details.reason, 'given more than once', name)
+  }
+  // Two different session headers: the first of the documented order wins, as before.
+  const two = await r.send([...auth, 'session-id', 's-codex', 'X-Session-Id', 's-first'])
+  t.equal(two.accepted?.sessionId, 's-first')
+  two.accepted?.scope.discard()
+  // A header that merely ends like one is not one.
+  const other = await r.send([...auth, 'x-session-id', 's-one', 'xx-session-id', 's-two'])
+  t.equal(other.accepted?.sessionId, 's-one')
+  other.accepted?.scope.discard()
   assertIdle(t, r.ledger)
 })
 
