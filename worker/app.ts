@@ -1,6 +1,7 @@
 // The fastify application of one HTTP worker.
 
 import diagnosticsChannel from 'node:diagnostics_channel'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import { nodeHttp } from '../src/net/node-http.ts'
@@ -13,7 +14,7 @@ import { ParserPool } from '../src/json/pool.ts'
 import { Admission } from './admission.ts'
 import { Authenticator } from './auth.ts'
 import { Signer } from '../src/sse/sign.ts'
-import { registerRoutes } from './routes.ts'
+import { directExchanges, registerRoutes } from './routes.ts'
 import { registerTestHooks } from './test-hooks.ts'
 import { TurnPins } from './turns.ts'
 import { Background } from './background.ts'
@@ -55,15 +56,41 @@ export interface App {
   close (): Promise<void>
 }
 
+const KEEP_ALIVE_MS = 30_000
+
 export async function buildApp (deps: AppDeps): Promise<App> {
   // Traces: only when the OTEL_* variables configure an exporter (validated by the primary).
   const traceConfig = tracingFromEnv(process.env, deps.config.telemetry.serviceName)
   const tracing = traceConfig ? await startTracing(traceConfig, { 'service.version': VERSION, 'service.instance.id': deps.config.instanceId, 'sluice.worker': deps.ledger.row }) : null
+  // The HTTP server's options. Fastify is given the server (serverFactory below), so they are
+  // passed to node:http here, not through fastify's `http` option.
+  const http = {
+    // Node's empty 400 for a missing Host is replaced by the catalogue's (onRequest below).
+    requireHostHeader: false,
+    // Node refuses a headersTimeout above requestTimeout (300 s by default) at creation;
+    // requestTimeout is 0 (off) anyway, as on fastify below.
+    requestTimeout: 0,
+    headersTimeout: deps.config.limits.headersTimeoutMs,
+    // Node checks its request timers on this interval (30 s by default).
+    connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.ceil(deps.config.limits.headersTimeoutMs / 4))),
+  }
+  // The exchange routes are served from the server's 'request' event ahead of fastify, once the
+  // exchange deps exist (routes.ts directExchanges); every other request, and any exchange
+  // request fastify must judge, goes to fastify's handler.
+  let direct: ((req: IncomingMessage, res: ServerResponse) => boolean) | null = null
   const fastify = Fastify({
+    serverFactory: (handler) => {
+      const server = nodeHttp.createServer(http, (req, res) => { if (direct === null || !direct(req, res)) handler(req, res) })
+      // What fastify sets on a server it makes itself (lib/server.js getServerInstance).
+      server.keepAliveTimeout = KEEP_ALIVE_MS
+      server.requestTimeout = 0
+      server.setTimeout(0)
+      return server
+    },
     logger: false,
     // The gate, not the HTTP server, bounds concurrency; keep the server's own timeouts out
     // of the way of long streams, but drop idle keep-alive sockets.
-    keepAliveTimeout: 30_000,
+    keepAliveTimeout: KEEP_ALIVE_MS,
     requestTimeout: 0,
     bodyLimit: deps.config.limits.maxBodyBytes,
     // While closing, requests still reach the routes, which refuse with the catalogue's
@@ -73,16 +100,6 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     // exchange has actually released (Background.close) and every event stream has ended, so
     // what is left is idle keep-alive sockets (or a stray GET) that must not hold the drain.
     forceCloseConnections: true,
-    http: {
-      // Node's empty 400 for a missing Host is replaced by the catalogue's (onRequest below).
-      requireHostHeader: false,
-      // Node refuses a headersTimeout above requestTimeout (300 s by default) at creation;
-      // requestTimeout is 0 (off) anyway, as above.
-      requestTimeout: 0,
-      headersTimeout: deps.config.limits.headersTimeoutMs,
-      // Node checks its request timers on this interval (30 s by default).
-      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.ceil(deps.config.limits.headersTimeoutMs / 4))),
-    },
     // A path parameter is a session id (or an exchange id): as long as the header accepts
     // (decoded length). Longer ones come to frameworkErrors and are refused as invalid_request.
     routerOptions: { maxParamLength: MAX_SESSION_ID },
@@ -150,6 +167,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
   })
 
   registerRoutes(fastify, exchange)
+  direct = directExchanges(exchange)
   registerNonBlocking(fastify, exchange, new SessionEvents(exchange.ring))
   registerEventStream(fastify, exchange)
   registerRpc(fastify, exchange)

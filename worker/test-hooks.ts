@@ -2,6 +2,7 @@
 // They drive the real admission path and the real ledger so tests can hold permits and
 // bytes in a worker, then make that worker busy-loop, run out of heap, or exit.
 
+import diagnosticsChannel from 'node:diagnostics_channel'
 import type { FastifyInstance } from 'fastify'
 import { getHeapSnapshot } from 'node:v8'
 import type { ParserPool } from '../src/json/pool.ts'
@@ -97,6 +98,13 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
   fastify.get('/_test/heap-snapshot', (_req, reply) => {
     reply.header('content-type', 'application/json').send(getHeapSnapshot())
   })
+
+  // How many requests fastify's router has handed to a route handler (its tracing channel):
+  // a test tells an exchange served ahead of fastify (routes.ts directExchanges) from one
+  // fastify served. Subscribed only here, so the data path publishes to nobody.
+  let fastifyHandled = 0
+  diagnosticsChannel.subscribe('tracing:fastify.request.handler:start', () => { fastifyHandled++ })
+  fastify.get('/_test/fastify-handled', async () => ({ count: fastifyHandled }))
 
   fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
 }
