@@ -55,6 +55,19 @@ export class Admission {
    * heap are checked again here: an exchange may have waited in its session lane since it was
    * accepted.
    */
+  /**
+   * admit() without a wait or a promise: takes a permit that is free now (none queued before
+   * it) and returns true; returns false, nothing taken, when admit() must queue (or settle an
+   * aborted signal). Drain and heap refusals throw as in admit().
+   */
+  tryAdmit (scope: ExchangeScope, signal: AbortSignal): boolean {
+    if (this.ledger.draining) throw new SluiceError('shutting_down')
+    this.checkHeap()
+    if (signal.aborted || !this.ledger.exchange.tryAcquire()) return false
+    scope.tookExchange()
+    return true
+  }
+
   async admit (scope: ExchangeScope, signal: AbortSignal, onQueued?: () => void): Promise<void> {
     if (this.ledger.draining) throw new SluiceError('shutting_down')
     this.checkHeap()

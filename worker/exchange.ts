@@ -168,11 +168,16 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     let queuedAt = 0
     const admission = trace.phase('admission')
     try {
-      await deps.admission.admit(scope, signal, () => {
-        rec.queued = true
-        queuedAt = performance.now()
-        admission.event('waiting for model capacity')
-      })
+      // A blocking exchange takes a free permit in this turn (most do); only a wait needs the
+      // promise. The other modes keep the hand-off their callers rely on: they finish their own
+      // turn (the 202, the envelope's bookkeeping) before the exchange starts (onStarted).
+      if (accepted.mode !== 'blocking' || !deps.admission.tryAdmit(scope, signal)) {
+        await deps.admission.admit(scope, signal, () => {
+          rec.queued = true
+          queuedAt = performance.now()
+          admission.event('waiting for model capacity')
+        })
+      }
     } finally {
       if (rec.queued) rec.queueMs = performance.now() - queuedAt
       admission.end({ 'sluice.queued': rec.queued, 'sluice.wait_ms': rec.queueMs })
