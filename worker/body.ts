@@ -57,10 +57,9 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 }
 
 /**
- * The whole body is in the request's buffer (Node's parser marked the request complete and
- * pushed its end): an exchange that waited for its permit or lane, or one check phase after
- * the 'request' event for a body that came with the headers (pump). It is read out
- * synchronously, with no listeners, no deadline timers and no 'data' turn.
+ * The common case: the whole body came in with the headers (Node's parser marks the request
+ * complete, its end pushed), so it lies in the request's buffer. It is read out synchronously,
+ * with no listeners, no deadline timers and no 'data' turn (~50 us of the request path).
  */
 function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
   // Destroyed since (the caller went away): nothing of it is read, as on the 'close' path.
@@ -79,17 +78,10 @@ function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void):
  * signal aborts, and body_timeout at either deadline. Settles exactly once; every listener
  * and timer is removed when it does, and the request is left paused.
  */
-function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void, waited = false): Promise<void> {
+function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void): Promise<void> {
   if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
   if (req.readableEnded) return Promise.resolve()
   if (req.complete) return drainComplete(req, onChunk)
-  // The caller went away before the read began ('close' has been and gone).
-  if (req.destroyed) return Promise.reject(new SluiceError('client_closed'))
-  // A blocking exchange admitted at once reads from inside the request's own 'request' event,
-  // and Node parses a body that came in the same read as the headers only after that event
-  // returns. One check phase later such a body is complete: it is read out of the buffer,
-  // without the listeners and timers below.
-  if (!waited) return new Promise<void>((resolve) => setImmediate(resolve)).then(() => pump(req, signal, limits, onChunk, true))
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false
