@@ -82,6 +82,9 @@ function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, on
   if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
   if (req.readableEnded) return Promise.resolve()
   if (req.complete) return drainComplete(req, onChunk)
+  // The caller went away before the read began: its 'close' has been and gone, and no
+  // listener below would hear it.
+  if (req.destroyed) return Promise.reject(new SluiceError('client_closed'))
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false

@@ -330,3 +330,15 @@ t.test('a complete request destroyed before its read (the caller went away) is c
   c.socket.destroy()
   assertIdle(t, r.ledger)
 })
+
+t.test('a request whose caller went away mid-body before the read began is client_closed at once, not after bodyIdleMs', async (t) => {
+  const r = await rig(t, {}, 1_000, undefined, async (req) => { if (!req.destroyed) await new Promise((resolve) => req.once('close', resolve)) })
+  const c = raw(r.server.port, post({ 'content-length': 11 }) + 'hel')
+  await sleep(20)
+  c.socket.destroy()
+  const started = Date.now()
+  const read = await r.next()
+  t.equal(read.error?.code, 'client_closed')
+  t.ok(Date.now() - started < LIMITS.bodyIdleMs / 2, 'settled at once')
+  assertIdle(t, r.ledger)
+})
