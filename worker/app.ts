@@ -9,6 +9,7 @@ import { SluiceError } from '../src/errors.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Config } from '../src/config/schema.ts'
 import type { Logger } from 'pino'
+import { lineWriter } from '../src/log.ts'
 import { Router } from '../src/routing.ts'
 import { ParserPool } from '../src/json/pool.ts'
 import { Admission } from './admission.ts'
@@ -143,7 +144,7 @@ export async function buildApp (deps: AppDeps): Promise<App> {
     background: new Background(),
     tracing,
     signer: new Signer(deps.signingKey),
-    log: (rec) => deps.log.info(rec, 'exchange'),
+    log: lineWriter(deps.log, 'exchange'),
     exemplars,
   }
 

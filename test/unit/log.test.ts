@@ -3,7 +3,7 @@
 
 import t from 'tap'
 import type pino from 'pino'
-import { CENSOR, FIELD_MAX_CHARS, LINE_MAX_BYTES, capLine, createLogger, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets, truncate } from '../../src/log.ts'
+import { CENSOR, FIELD_MAX_CHARS, LINE_MAX_BYTES, capLine, createLogger, lineWriter, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets, truncate } from '../../src/log.ts'
 
 const SECRET = 'sk-live-0123456789-do-not-log'
 
@@ -201,4 +201,44 @@ t.test('every line fits LINE_MAX_BYTES, newline included, and says when it was r
   t.match(m.msg, /^x+…\[truncated \d+ chars\]$/, 'a long message is cut too')
   t.equal(d.lineTruncated, undefined, 'a short line is untouched')
   t.equal(capLine('{"a":1}\n'), '{"a":1}\n')
+})
+
+t.test('lineWriter writes, byte for byte, the line logger.info(rec, msg) writes', async (t) => {
+  const base = {
+    exchangeId: '3f0c6a4e-3a7e-4c55-9f5e-2b8b7d1c9e10', runId: null, route: 'chat', keyName: 'test', sessionId: 's1', mode: 'blocking',
+    laneQueued: false, laneMs: 0, model: 'gpt-4o-mini', provider: 'sim-chat', stream: true, code: 'ok', status: 200, queued: false,
+    queueMs: 0.125, ttfbMs: null, totalMs: 12.25, bytesIn: 120, bytesOut: 4096, frames: 12,
+    usage: { inputTokens: 10, outputTokens: 20 }, partial: false, evidence: true, traceId: null, releaseMs: 13.5,
+    translated: 'openai-responses->anthropic', droppedTools: ['web_search', 'code_interpreter'], continuation: { turns: 3, stored: true, chain: ['a', 'b'] },
+  }
+  const cases: Array<[string, Record<string, unknown>]> = [
+    ['a whole record', base],
+    ['odd strings', { ...base, model: 'quote " backslash \\ tab \t nl \n nul \u0000 é 日本 🙂', sessionId: 'x'.repeat(100) + '"' }],
+    ['a long field, cut', { ...base, runId: 'r'.repeat(FIELD_MAX_CHARS * 2) }],
+    ['a line over LINE_MAX_BYTES, re-cut', { ...base, runId: 'a'.repeat(1000), sessionId: 'b'.repeat(1000), model: 'c'.repeat(1000), provider: 'd'.repeat(1000), keyName: 'e'.repeat(1000) }],
+    ['a credential-named key deep inside, scrubbed', { ...base, usage: { apiKey: SECRET, nested: { authorization: SECRET } } }],
+    ['undefined and non-finite values', { ...base, ttfbMs: undefined, laneMs: Number.NaN, queueMs: Number.POSITIVE_INFINITY }],
+    ['no fields', {}],
+  ]
+  for (const [name, rec] of cases) {
+    const viaPino: string[] = []
+    const viaLine: string[] = []
+    const a = createLogger('info', { write: (s: string) => { viaPino.push(s) } }, 'inst-1').child({ worker: 2, generation: 3 })
+    const b = createLogger('info', { write: (s: string) => { viaLine.push(s) } }, 'inst-1').child({ worker: 2, generation: 3 })
+    a.info(rec, 'exchange')
+    lineWriter(b, 'exchange')(rec)
+    const untimed = (l: string | undefined): string => String(l).replace(/"time":"[^"]*"/, '"time":"T"')
+    t.equal(viaLine.length, 1, `${name}: one line`)
+    t.equal(untimed(viaLine[0]), untimed(viaPino[0]), `${name}: the same bytes`)
+    t.ok(Buffer.byteLength(viaLine[0]) <= LINE_MAX_BYTES, `${name}: within LINE_MAX_BYTES`)
+    t.notOk(viaLine[0].includes(SECRET), `${name}: no secret`)
+    t.doesNotThrow(() => JSON.parse(viaLine[0]), `${name}: JSON`)
+  }
+  // A level above info writes nothing, as logger.info would.
+  const quiet: string[] = []
+  const q = createLogger('warn', { write: (s: string) => { quiet.push(s) } })
+  lineWriter(q, 'exchange')(base)
+  q.level = 'info'
+  lineWriter(q, 'exchange')(base)
+  t.equal(quiet.length, 1, 'written once the level allows it')
 })
