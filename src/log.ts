@@ -236,8 +236,8 @@ export function createThreadLogger (level: string, instanceId?: string): Logger 
 /**
  * The exchange line (one per exchange, info level) written without pino's generic path: the
  * record is a flat object of known fields, so one JSON.stringify of what forLog makes of it
- * replaces pino's per-key serialisation and its redactor (~40 us of each exchange's CPU on a
- * 1-vCPU host, profiled), and the line is still pino's own: its level and time prefix, the
+ * replaces pino's per-key serialisation and its redactor (~50 us of each exchange's self time
+ * in a profile of sequential exchanges on a 1-vCPU host), and the line is still pino's own: its level and time prefix, the
  * logger's bindings, the fields in order, `msg`, capLine, the logger's destination. The record
  * carries no field a REDACT_PATHS entry names but `provider`, a string there (the path is
  * `provider.apiKey`); forLog still scrubs any credential-named key and cuts every string.

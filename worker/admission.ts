@@ -51,11 +51,6 @@ export class Admission {
   }
 
   /**
-   * Takes an exchange permit (FIFO, body unread) into `scope`, or throws the refusal. Drain and
-   * heap are checked again here: an exchange may have waited in its session lane since it was
-   * accepted.
-   */
-  /**
    * admit() without a wait or a promise: takes a permit that is free now (none queued before
    * it) and returns true; returns false, nothing taken, when admit() must queue (or settle an
    * aborted signal). Drain and heap refusals throw as in admit().
@@ -68,6 +63,11 @@ export class Admission {
     return true
   }
 
+  /**
+   * Takes an exchange permit (FIFO, body unread) into `scope`, or throws the refusal. Drain and
+   * heap are checked again here: an exchange may have waited in its session lane since it was
+   * accepted.
+   */
   async admit (scope: ExchangeScope, signal: AbortSignal, onQueued?: () => void): Promise<void> {
     if (this.ledger.draining) throw new SluiceError('shutting_down')
     this.checkHeap()

@@ -57,9 +57,11 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 }
 
 /**
- * The common case: the whole body came in with the headers (Node's parser marks the request
- * complete, its end pushed), so it lies in the request's buffer. It is read out synchronously,
- * with no listeners, no deadline timers and no 'data' turn (~50 us of the request path).
+ * A body already complete when its read begins (the exchange waited for its permit or its
+ * lane while Node's parser took the rest and pushed its end): it lies in the request's buffer
+ * and is read out synchronously, with no listeners, no deadline timers and no 'data' turn.
+ * A read begun in the request's own 'request' event does not wait for this: waiting a loop
+ * phase for Node to parse the body cost more at 96 streams than it saved (docs/benchmarks.md).
  */
 function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
   // Destroyed since (the caller went away): nothing of it is read, as on the 'close' path.

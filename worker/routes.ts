@@ -73,8 +73,8 @@ const DIRECT_TYPE = /^application\/json(?:[ \t]*;[ \t]*charset=(?:utf-8|"utf-8")
 /**
  * The exchange routes served straight from the HTTP server's 'request' event, ahead of
  * fastify (app.ts serverFactory): what fastify does for them (route lookup, its Request and
- * Reply, the onRequest hook, the content-type step, hijack) is ~50 us of a ~400 us request
- * path on a 1-vCPU host, and none of it decides anything here. Only a request whose answer
+ * Reply, the onRequest hook, the content-type step, hijack) was ~25-35 us of a ~300-400 us
+ * request path on a 1-vCPU host (docs/benchmarks.md), and none of it decides anything here. Only a request whose answer
  * fastify would not change is taken: POST, the exact path (no query string, no encoding),
  * a Host header where HTTP/1.1 needs one, and a well-formed JSON content type. It returns
  * false for every other request, which fastify then serves as before, refusals included.
