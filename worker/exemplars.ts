@@ -30,6 +30,8 @@ import type { Socket } from 'node:net'
 import { CENSOR, SECRET_HEADERS } from '../src/log.ts'
 
 const SECRET: ReadonlySet<string> = new Set<string>(SECRET_HEADERS)
+/** Their lengths: a raw header name of another length is not lower-cased to be looked up. */
+const SECRET_LENGTHS: ReadonlySet<number> = new Set<number>(SECRET_HEADERS.map((h) => h.length))
 
 /** What one finished exchange leaves: its request, response and, if it got one, the provider's answer. */
 export interface ExchangeObjects {
@@ -72,16 +74,20 @@ export class Exemplars {
 export function scrubRequest (req: IncomingMessage): void {
   scrubHeaders(req.headers)
   scrubHeaders(req.trailers)
-  for (const raw of [req.rawHeaders, req.rawTrailers]) {
-    for (let i = 0; i + 1 < raw.length; i += 2) {
-      if (SECRET.has(raw[i].toLowerCase())) raw[i + 1] = CENSOR
-    }
-  }
+  scrubRaw(req.rawHeaders)
+  scrubRaw(req.rawTrailers)
   // Node caches headersDistinct (and trailersDistinct) under its own symbols once they are read.
   for (const sym of Object.getOwnPropertySymbols(req)) {
     if (sym.description !== 'kHeadersDistinct' && sym.description !== 'kTrailersDistinct') continue
     const distinct = (req as unknown as Record<symbol, unknown>)[sym]
     if (distinct !== null && typeof distinct === 'object') scrubHeaders(distinct as Record<string, string | string[] | undefined>)
+  }
+}
+
+function scrubRaw (raw: string[]): void {
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]
+    if (SECRET_LENGTHS.has(name.length) && SECRET.has(name.toLowerCase())) raw[i + 1] = CENSOR
   }
 }
 
