@@ -19,7 +19,7 @@ import { newRecord, runIdentity, type ExchangeDeps } from './deps.ts'
 import { refusedAtTheDoor, runExchange } from './exchange.ts'
 import { missingHost } from './framing.ts'
 import { refuseReply } from './reply.ts'
-import { sessionIdOfRequest } from './session-id.ts'
+import { sessionIdOf } from './session-id.ts'
 
 export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): void {
   void fastify.register(async (scope) => {
@@ -100,7 +100,7 @@ async function serveBlocking (deps: ExchangeDeps, route: Route, req: IncomingMes
   try {
     // No abort signal: acceptance is synchronous, so the caller cannot go away during it, and
     // runExchange watches the response from its first line.
-    accepted = accept(deps, req, { mode: 'blocking', exchangeId, sessionId: () => sessionIdOfRequest(req), known })
+    accepted = accept(deps, req, { mode: 'blocking', exchangeId, sessionId: () => sessionIdOf(req), known })
   } catch (err) {
     const rec = newRecord({ exchangeId, runId: runIdentity(req), route, mode: 'blocking', keyName: known.keyName ?? null, sessionId: known.sessionId ?? null })
     refusedAtTheDoor(deps, req, res, rec, SluiceError.from(err), started)

@@ -13,25 +13,12 @@ export const MAX_SESSION_ID = 256
 
 /**
  * The session id of a request, null when it names none; throws invalid_request when
- * malformed or given twice. Takes `req.headersDistinct`: Node joins a repeated header into one
- * "a, b" string, which would silently make a third session.
+ * malformed or given twice. Node joins a repeated header into one "a, b" string, which would
+ * silently make a third session, so a present header is counted in `req.rawHeaders`, which
+ * keeps each occurrence (building `req.headersDistinct` for this, an object of every header,
+ * was ~10 us of a cold request path).
  */
-export function sessionIdOf (headers: Record<string, string[] | undefined>): string | null {
-  for (const name of SESSION_HEADERS) {
-    const v = headers[name]
-    if (v === undefined) continue
-    if (v.length !== 1) throw new SluiceError('invalid_request', { header: name, reason: 'given more than once' }, `the ${name} header is given more than once`)
-    return checkSessionId(v[0], name)
-  }
-  return null
-}
-
-/**
- * sessionIdOf for a request, without building `req.headersDistinct` (an object of every
- * header, ~10 us of a cold request path) unless one of the session headers is there. A
- * present one is checked for repeats in `req.rawHeaders`, which keeps each occurrence.
- */
-export function sessionIdOfRequest (req: IncomingMessage): string | null {
+export function sessionIdOf (req: IncomingMessage): string | null {
   const h = req.headers
   for (const name of SESSION_HEADERS) {
     const v = h[name]

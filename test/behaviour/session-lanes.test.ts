@@ -297,10 +297,9 @@ t.test('session id validation: 1 to 256 printable characters, else 400 invalid_r
 })
 
 t.test('a session header given twice is refused, not merged into another id', async (t) => {
-  // BUG (reported, not fixed here): Node joins a repeated unknown header with ", ", so
-  // `x-session-id: a` + `x-session-id: b` reaches sessionIdOf (worker/sessions.ts) as the one
-  // string "a, b": its Array.isArray branch ("given more than once") never fires, and the
-  // request is laned as a third session "a, b". Reading req.headersDistinct would see both.
+  // Node joins a repeated unknown header with ", ": `x-session-id: a` + `x-session-id: b` is
+  // the one string "a, b" in req.headers, which would be laned as a third session. sessionIdOf
+  // (worker/session-id.ts) counts the header in req.rawHeaders and refuses it.
   const s = sid('dup')
   const res = await request(rig.url + CHAT, {
     method: 'POST',

@@ -12,7 +12,7 @@ import type { Ledger, LedgerOptions } from '../../../src/ledger/ledger.ts'
 import { assertIdle, makeLedger } from '../ledger/helpers.ts'
 import { accept, type Accepted, type AcceptOptions } from '../../../worker/accept.ts'
 import { ExchangeScope } from '../../../worker/scope.ts'
-import { sessionIdOfRequest } from '../../../worker/session-id.ts'
+import { sessionIdOf } from '../../../worker/session-id.ts'
 import { KEY, KEY_NAME, startServer, turnsTaken, unitConfig, unitDeps, type UnitDeps } from './helpers.ts'
 
 type Outcome = { accepted: Accepted; error: null } | { accepted: null; error: SluiceError }
@@ -42,7 +42,7 @@ async function rig (t: Test, ledgerOptions: Partial<LedgerOptions> = {}, limits:
       let out: Outcome | null = null
       handle = (req) => {
         try {
-          out = { accepted: accept(deps, req, { mode: 'blocking', sessionId: () => sessionIdOfRequest(req), ...opts(req) }), error: null }
+          out = { accepted: accept(deps, req, { mode: 'blocking', sessionId: () => sessionIdOf(req), ...opts(req) }), error: null }
         } catch (err) {
           out = { accepted: null, error: SluiceError.from(err) }
         }
