@@ -64,8 +64,6 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
  * phase for Node to parse the body cost more at 96 streams than it saved (docs/benchmarks.md).
  */
 function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
-  // Destroyed since (the caller went away): nothing of it is read, as on the 'close' path.
-  if (req.readableAborted) return Promise.reject(new SluiceError('client_closed'))
   try {
     for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) onChunk(chunk)
   } catch (err) {
@@ -83,10 +81,10 @@ function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void):
 function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void): Promise<void> {
   if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
   if (req.readableEnded) return Promise.resolve()
-  if (req.complete) return drainComplete(req, onChunk)
-  // The caller went away before the read began: its 'close' has been and gone, and no
-  // listener below would hear it.
+  // The caller went away before the read began, complete or not: nothing of it is read (its
+  // 'close' has been and gone, and no listener below would hear it).
   if (req.destroyed) return Promise.reject(new SluiceError('client_closed'))
+  if (req.complete) return drainComplete(req, onChunk)
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false
