@@ -157,28 +157,10 @@ export function noQuota (detail: string, fallbacks: string[] = []): Quota {
   return { kind: 'none', detail, fallbacks, dir: null, wrap: (cmd, args) => [cmd, args], holds: () => false, throttled: () => '', remove: () => true }
 }
 
-let clkTck = 0
-function ticksPerSecond (): number {
-  if (clkTck === 0) {
-    const r = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })
-    clkTck = Number(r.stdout?.trim()) || 100
-  }
-  return clkTck
-}
-
-/** utime + stime of the whole process (all threads, living and exited), in ms (tick resolution). */
-export function cpuMs (pid: number): number {
-  const s = tryRead(`/proc/${pid}/stat`)
-  if (s === null) return NaN
-  const f = s.slice(s.lastIndexOf(')') + 2).split(' ')
-  // f[0] is field 3 (state): utime is field 14, stime field 15.
-  return (Number(f[11]) + Number(f[12])) * 1000 / ticksPerSecond()
-}
-
 /**
  * Each living thread's CPU time so far, in ns: the first field of /proc/<pid>/task/<tid>/schedstat,
- * the scheduler's own run time (cpuMs's utime + stime come in clock ticks, 10 ms: a 30 ms block
- * read that way is off by up to a third). Empty when the process is gone.
+ * the scheduler's own run time (/proc/<pid>/stat's utime + stime come in clock ticks, 10 ms: a
+ * 30 ms block read that way is off by up to a third). Empty when the process is gone.
  */
 export function threadCpuNs (pid: number): Map<number, number> {
   const out = new Map<number, number>()

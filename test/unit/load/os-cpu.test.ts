@@ -2,9 +2,20 @@
 // utime + stime (clock ticks) over a long window, counts a thread started inside the window,
 // and is not quantised to the 10 ms tick over a short one.
 import t from 'tap'
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { cpuMs, cpuMsSince, threadCpuNs } from '../../../src/load/os.ts'
+import { cpuMsSince, threadCpuNs } from '../../../src/load/os.ts'
+
+const TICKS_PER_SECOND = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout?.trim()) || 100
+
+/** The reference: utime + stime of the whole process from /proc/<pid>/stat, in ms (tick resolution). */
+function cpuMs (pid: number): number {
+  const s = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const f = s.slice(s.lastIndexOf(')') + 2).split(' ')
+  // f[0] is field 3 (state): utime is field 14, stime field 15.
+  return (Number(f[11]) + Number(f[12])) * 1000 / TICKS_PER_SECOND
+}
 
 // The main thread spins 2 ms of every 5; on 'w' a worker thread starts spinning 3 ms of every 7.
 const CHILD = `
