@@ -50,14 +50,19 @@ export class Admission {
     }
   }
 
+  /** The refusals before any permit: the gateway draining, then this worker's heap. */
+  private checkOpen (): void {
+    if (this.ledger.draining) throw new SluiceError('shutting_down')
+    this.checkHeap()
+  }
+
   /**
    * admit() without a wait or a promise: takes a permit that is free now (none queued before
    * it) and returns true; returns false, nothing taken, when admit() must queue (or settle an
    * aborted signal). Drain and heap refusals throw as in admit().
    */
   tryAdmit (scope: ExchangeScope, signal: AbortSignal): boolean {
-    if (this.ledger.draining) throw new SluiceError('shutting_down')
-    this.checkHeap()
+    this.checkOpen()
     if (signal.aborted || !this.ledger.exchange.tryAcquire()) return false
     scope.tookExchange()
     return true
@@ -69,8 +74,7 @@ export class Admission {
    * accepted.
    */
   async admit (scope: ExchangeScope, signal: AbortSignal, onQueued?: () => void): Promise<void> {
-    if (this.ledger.draining) throw new SluiceError('shutting_down')
-    this.checkHeap()
+    this.checkOpen()
     await this.ledger.exchange.acquire({ signal, onQueued, deadline: Date.now() + this.limits.queueWaitMs })
     scope.tookExchange()
   }
