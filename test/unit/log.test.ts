@@ -221,18 +221,17 @@ t.test('lineWriter writes, byte for byte, the line logger.info(rec, msg) writes'
     ['no fields', {}],
   ]
   for (const [name, rec] of cases) {
-    const viaPino: string[] = []
-    const viaLine: string[] = []
-    const a = createLogger('info', { write: (s: string) => { viaPino.push(s) } }, 'inst-1').child({ worker: 2, generation: 3 })
-    const b = createLogger('info', { write: (s: string) => { viaLine.push(s) } }, 'inst-1').child({ worker: 2, generation: 3 })
-    a.info(rec, 'exchange')
-    lineWriter(b, 'exchange')(rec)
-    const untimed = (l: string | undefined): string => String(l).replace(/"time":"[^"]*"/, '"time":"T"')
-    t.equal(viaLine.length, 1, `${name}: one line`)
-    t.equal(untimed(viaLine[0]), untimed(viaPino[0]), `${name}: the same bytes`)
-    t.ok(Buffer.byteLength(viaLine[0]) <= LINE_MAX_BYTES, `${name}: within LINE_MAX_BYTES`)
-    t.notOk(viaLine[0].includes(SECRET), `${name}: no secret`)
-    t.doesNotThrow(() => JSON.parse(viaLine[0]), `${name}: JSON`)
+    const viaPino = capture()
+    const viaLine = capture()
+    viaPino.log.child({ worker: 2, generation: 3 }).info(rec, 'exchange')
+    lineWriter(viaLine.log.child({ worker: 2, generation: 3 }), 'exchange')(rec)
+    const line = viaLine.text()
+    const untimed = (l: string): string => l.replace(/"time":"[^"]*"/, '"time":"T"')
+    t.equal(line.split('\n').length, 2, `${name}: one line`)
+    t.doesNotThrow(() => viaLine.lines(), `${name}: JSON`)
+    t.equal(untimed(line), untimed(viaPino.text()), `${name}: the same bytes`)
+    t.ok(Buffer.byteLength(line) <= LINE_MAX_BYTES, `${name}: within LINE_MAX_BYTES`)
+    t.notOk(line.includes(SECRET), `${name}: no secret`)
   }
   // A level above info writes nothing, as logger.info would.
   const quiet: string[] = []
