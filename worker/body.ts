@@ -29,6 +29,10 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
     if (n > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes, declared: n })
     scope.reserve(n)
     const out = new Uint8Array(new ArrayBuffer(n))
+    // Node's parser takes the rest of the packet in hand (the body, when it came with the
+    // headers) after the 'request' event returns, and before this microtask runs.
+    if (req.readableLength < n) await null
+    if (req.readableLength === n && !req.destroyed && !signal.aborted) return takeDeclared(req, out)
     let at = 0
     await pump(req, signal, limits, (chunk) => {
       if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
@@ -53,6 +57,23 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
   for (const c of chunks) { out.set(c, at); at += c.byteLength }
   chunks.length = 0
   scope.unreserve(total)
+  return out
+}
+
+/**
+ * All `out.length` declared bytes lie in the request's buffer: they are the whole body (Node's
+ * parser never hands over more than Content-Length; what follows is the next request), read
+ * out here with no listeners, no deadline timers and no wait for the parser's end of message,
+ * which comes later. The request is resumed, as a finished pump leaves it, so that end still
+ * comes and the request closes as it would have.
+ */
+function takeDeclared (req: IncomingMessage, out: Uint8Array): Uint8Array {
+  let at = 0
+  for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
+    out.set(chunk, at)
+    at += chunk.byteLength
+  }
+  req.resume()
   return out
 }
 

@@ -337,3 +337,29 @@ t.test('a request whose caller went away mid-body before the read began is clien
   t.ok(Date.now() - started < LIMITS.bodyIdleMs / 2, 'settled at once')
   assertIdle(t, r.ledger)
 })
+
+t.test('a declared body that came with its headers is read in the request\'s own turn: no listener, no timer, no wait for the end of message', async (t) => {
+  const ledger = makeLedger({ storageBytes: 1_000 })
+  const seen: Array<{ body: string; endedAtRead: boolean; dataListeners: number; ended: Promise<void>; held: number }> = []
+  const server = await startServer((req, res) => {
+    const scope = new ExchangeScope(ledger)
+    // Called synchronously in the 'request' event, as the exchange route does.
+    void readBody(req, scope, LIMITS, new AbortController().signal).then((u8) => {
+      const ended = new Promise<void>((resolve) => { if (req.readableEnded) resolve(); else req.once('end', () => resolve()) })
+      seen.push({ body: Buffer.from(u8).toString(), endedAtRead: req.readableEnded, dataListeners: req.listenerCount('data'), ended, held: scope.heldBytes })
+      scope.discard()
+      res.writeHead(200, { connection: 'close' }).end('ok')
+    })
+  })
+  t.teardown(() => server.close())
+  const c = raw(server.port, post({ 'content-length': 11 }) + 'hello world')
+  t.match(await c.response, /^HTTP\/1.1 200/)
+  const s = seen[0]!
+  t.equal(s.body, 'hello world')
+  t.equal(s.held, 11, 'every byte reserved')
+  // The pump would have resolved only at 'end' (readableEnded), with its 'data' listener gone.
+  t.equal(s.endedAtRead, false, 'read before the parser ended the message')
+  t.equal(s.dataListeners, 0)
+  await s.ended // the request still ends (it was resumed), as after a pump
+  assertIdle(t, ledger)
+})
