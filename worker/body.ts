@@ -32,13 +32,12 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
     // Node's parser takes the rest of the packet in hand (the body, when it came with the
     // headers) after the 'request' event returns, and before this microtask runs.
     if (req.readableLength < n) await null
-    if (req.readableLength === n && !req.destroyed && !signal.aborted) return takeDeclared(req, out)
     let at = 0
     await pump(req, signal, limits, (chunk) => {
       if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
       out.set(chunk, at)
       at += chunk.byteLength
-    })
+    }, n)
     if (at !== n) throw new SluiceError('client_closed', { received: at, declared: n })
     return out
   }
@@ -61,35 +60,22 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 }
 
 /**
- * All `out.length` declared bytes lie in the request's buffer: they are the whole body (Node's
- * parser never hands over more than Content-Length; what follows is the next request), read
- * out here with no listeners, no deadline timers and no wait for the parser's end of message,
- * which comes later. The request is resumed, as a finished pump leaves it, so that end still
- * comes and the request closes as it would have.
+ * A body all in the request's buffer when its read begins: complete (the exchange waited for
+ * its permit or its lane while Node's parser took the rest and pushed its end), or every
+ * declared byte there (it came with the headers: Node's parser never hands over more than
+ * Content-Length, and its end of message comes later). It is read out synchronously, with no
+ * listeners, no deadline timers and no 'data' turn. A request whose end is still to come is
+ * resumed, as a finished pump leaves it, so that end comes and it closes as it would have.
+ * A read waits for this one microtask only: waiting a loop phase for Node to parse the body
+ * cost more at 96 streams than it saved (docs/benchmarks.md).
  */
-function takeDeclared (req: IncomingMessage, out: Uint8Array): Uint8Array {
-  let at = 0
-  for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
-    out.set(chunk, at)
-    at += chunk.byteLength
-  }
-  req.resume()
-  return out
-}
-
-/**
- * A body already complete when its read begins (the exchange waited for its permit or its
- * lane while Node's parser took the rest and pushed its end): it lies in the request's buffer
- * and is read out synchronously, with no listeners, no deadline timers and no 'data' turn.
- * A read begun in the request's own 'request' event does not wait for this: waiting a loop
- * phase for Node to parse the body cost more at 96 streams than it saved (docs/benchmarks.md).
- */
-function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
+function drainBuffered (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
   try {
     for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) onChunk(chunk)
   } catch (err) {
     return Promise.reject(SluiceError.from(err))
   }
+  if (!req.complete) req.resume()
   return Promise.resolve()
 }
 
@@ -97,15 +83,16 @@ function drainComplete (req: IncomingMessage, onChunk: (chunk: Buffer) => void):
  * Feeds each chunk of `req` to `onChunk` (synchronously; a throw ends the read with that
  * error) until the body ends. Rejects with client_closed when the caller goes away or the
  * signal aborts, and body_timeout at either deadline. Settles exactly once; every listener
- * and timer is removed when it does, and the request is left paused.
+ * and timer is removed when it does, and the request is left paused. `declared` is the
+ * Content-Length (-1 without one): with all of it buffered, the body is read out at once.
  */
-function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void): Promise<void> {
+function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void, declared = -1): Promise<void> {
   if (signal.aborted) return Promise.reject(new SluiceError('client_closed'))
   if (req.readableEnded) return Promise.resolve()
   // The caller went away before the read began, complete or not: nothing of it is read (its
   // 'close' has been and gone, and no listener below would hear it).
   if (req.destroyed) return Promise.reject(new SluiceError('client_closed'))
-  if (req.complete) return drainComplete(req, onChunk)
+  if (req.complete || req.readableLength === declared) return drainBuffered(req, onChunk)
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false
