@@ -27,7 +27,8 @@
 //               with the old-generation limit alone, a huge JSON.parse on Node 24 can take the
 //               whole process down (FATAL, exit 134) instead of failing the thread
 //               (PLATFORM.md "Node").
-//   flags       module preloads (--import, --require) are not inherited: see withoutPreloads.
+//   flags       module preloads (--import, --require) are not inherited: see withoutPreloads;
+//               nor V8's flags and per-process options, which a worker refuses: parserExecArgv.
 //   transfer    the body's ArrayBuffer is transferred in and the result's transferred back
 //               (src/json/task.ts): no copy of up to 16 MiB each way. A body that does not own
 //               its whole, transferable ArrayBuffer (a pooled Buffer slice, a view into a larger
@@ -56,7 +57,7 @@
 // it. A thread that dies with no task (nothing here does that) is counted, not thrown.
 
 import dc from 'node:diagnostics_channel'
-import { isMarkedAsUntransferable, type Worker } from 'node:worker_threads'
+import { isMarkedAsUntransferable, Worker } from 'node:worker_threads'
 import { Piscina } from 'piscina'
 import { SluiceError, isErrorCode } from '../errors.ts'
 import { moduleUrl } from '../modules.ts'
@@ -75,6 +76,8 @@ export interface ParserPoolOptions {
   idleMs?: number
   /** Tests only: another task file with the same contract as ./task.ts. */
   filename?: string
+  /** Tests only: the threads' execArgv as given (else parserExecArgv()). */
+  execArgv?: string[]
   /** Called when a thread retired idle has exited (its memory is back with the process). */
   onRetired?: () => void
 }
@@ -126,7 +129,7 @@ export class ParserPool {
   #retireCheck: NodeJS.Timeout | null = null
   #retireNudges = 0
 
-  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE, onRetired }: ParserPoolOptions) {
+  constructor ({ threads, heapMb, youngGenMb, idleMs = 0, filename = TASK_FILE, onRetired, execArgv: givenArgv }: ParserPoolOptions) {
     this.#onRetired = onRetired
     this.#idleMs = idleMs
     if (!Number.isInteger(idleMs) || idleMs < 0) throw new TypeError(`ParserPool: idleMs must be a non-negative integer, got ${idleMs}`)
@@ -134,6 +137,7 @@ export class ParserPool {
       if (!Number.isInteger(value) || value < 1) throw new TypeError(`ParserPool: ${key} must be a positive integer, got ${value}`)
     }
     this.#onDemand = idleMs > 0
+    const execArgv = givenArgv ?? parserExecArgv() // its probe is a `new Worker` too: before the subscription
     // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
     dc.subscribe('worker_threads', this.#onWorker)
     try {
@@ -143,7 +147,7 @@ export class ParserPool {
         maxThreads: threads,
         idleTimeout: idleMs > 0 ? idleMs : Infinity,
         resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
-        execArgv: withoutPreloads(process.execArgv),
+        execArgv,
       })
     } catch (err) {
       dc.unsubscribe('worker_threads', this.#onWorker)
@@ -175,7 +179,11 @@ export class ParserPool {
   #task (task: ParserTask, options?: Parameters<Piscina['run']>[1]): Promise<PrepareResult | AnswerResult> {
     this.#inFlight++
     const settled = (): void => { this.#inFlight--; this.#armRetireCheck() }
-    const p = this.#piscina.run(task, options)
+    let p: Promise<PrepareResult | AnswerResult>
+    // piscina starts a thread inside run(): a `new Worker` that throws (ERR_WORKER_INVALID_EXEC_ARGV)
+    // throws out of run() itself. A rejection like any other failure, so callers map it (and
+    // warm(), which runs in the middle of an exchange, never throws).
+    try { p = this.#piscina.run(task, options) } catch (err) { p = Promise.reject(err) }
     p.then(settled, settled)
     return p
   }
@@ -346,6 +354,42 @@ export function withoutPreloads (execArgv: readonly string[]): string[] {
     out.push(arg)
   }
   return out
+}
+
+/** A flag no Node knows: the first of a probe's execArgv, so the probe always throws. */
+const PROBE_FLAG = '--sluice-execargv-probe'
+let parserArgv: { from: readonly string[]; argv: string[] } | null = null
+
+/**
+ * A parser thread's execArgv: the parent's flags minus module preloads (withoutPreloads) and
+ * minus those Node refuses in a worker's execArgv: V8's flags (`--max-old-space-size`, the
+ * launchers' `--no-parallel-scavenge`, src/node-flags.ts) and per-process options (`--title`).
+ * Given one of those, `new Worker` throws ERR_WORKER_INVALID_EXEC_ARGV, so every parse would
+ * fail; they are process-wide, so the thread runs with them anyway. Node's own check decides:
+ * a probe Worker given an unknown flag first, then the rest, throws before any thread starts
+ * and names every flag it refused (a flag's separate value, `--stack-trace-limit 20`, goes
+ * with it). Computed once per execArgv.
+ */
+export function parserExecArgv (execArgv: readonly string[] = process.execArgv): string[] {
+  if (parserArgv?.from === execArgv) return parserArgv.argv
+  const kept = withoutPreloads(execArgv)
+  let refused: Set<string> = new Set()
+  try {
+    const w = new Worker('', { eval: true, execArgv: [PROBE_FLAG, ...kept], stdout: true, stderr: true })
+    void w.terminate() // not reached while Node refuses the probe flag; never leave a thread behind
+  } catch (err) {
+    const m = (err as { code?: unknown }).code === 'ERR_WORKER_INVALID_EXEC_ARGV'
+      ? /invalid execArgv flags: (.*)$/s.exec((err as Error).message)
+      : null
+    if (m !== null) refused = new Set(m[1].split(', '))
+  }
+  const argv: string[] = []
+  for (let i = 0; i < kept.length; i++) {
+    if (!refused.has(kept[i])) { argv.push(kept[i]); continue }
+    if (!kept[i].includes('=') && i + 1 < kept.length && !kept[i + 1].startsWith('-')) i++
+  }
+  parserArgv = { from: execArgv, argv }
+  return argv
 }
 
 /** `body` if it owns its whole ArrayBuffer and that buffer may be transferred, else a copy. */

@@ -8,9 +8,9 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import type { Worker } from 'node:worker_threads'
+import { Worker } from 'node:worker_threads'
 import { Piscina, transferableSymbol, valueSymbol } from 'piscina'
-import { ParserPool, withoutPreloads } from '../../../src/json/pool.ts'
+import { ParserPool, parserExecArgv, withoutPreloads } from '../../../src/json/pool.ts'
 import parserTask from '../../../src/json/task.ts'
 import { SluiceError } from '../../../src/errors.ts'
 import type { PrepareTask } from '../../../src/json/prepare.ts'
@@ -246,6 +246,34 @@ t.test('close() waits for every thread exit and leaves none; later calls are ref
 t.test('parser threads do not inherit module preloads (a test runner\'s hooks, telemetry)', async (t) => {
   t.same(withoutPreloads(['--import=file:///a.mjs', '--enable-source-maps', '--require', './b.cjs', '-r', 'c', '--cpu-prof', '--loader=x', '--experimental-loader', 'y', '--max-semi-space-size=4']),
     ['--enable-source-maps', '--cpu-prof', '--max-semi-space-size=4'])
+})
+
+t.test("parser threads get no flag Node refuses in a worker (V8's, per-process): every parse would fail", async (t) => {
+  const given = ['--no-parallel-scavenge', '--enable-source-maps', '--max-old-space-size=512', '--import=file:///a.mjs', '--stack-trace-limit', '20', '--title=x', '--cpu-prof', '--heap-prof']
+  const argv = parserExecArgv(given)
+  t.same(argv, ['--enable-source-maps', '--cpu-prof', '--heap-prof'], 'V8 flags, a per-process option and a preload dropped; Node options kept')
+  t.equal(parserExecArgv(given), argv, 'computed once per execArgv')
+  t.same(parserExecArgv(['--enable-source-maps']), ['--enable-source-maps'], 'nothing dropped when Node refuses nothing')
+  const seen: Worker[] = []
+  const onWorker = (m: unknown) => { seen.push((m as { worker: Worker }).worker) }
+  dc.subscribe('worker_threads', onWorker)
+  t.same(parserExecArgv(['--no-parallel-scavenge', '--trace-warnings']), ['--trace-warnings'])
+  dc.unsubscribe('worker_threads', onWorker)
+  t.same(seen, [], 'the probe starts no thread')
+  // The pool, given the parent's V8 flag, parses (the unfiltered flags make `new Worker` throw).
+  t.throws(() => new Worker('', { eval: true, execArgv: ['--no-parallel-scavenge'] }), { code: 'ERR_WORKER_INVALID_EXEC_ARGV' }, 'the failure this prevents')
+})
+
+t.test('a thread that cannot start fails the call with internal_error, and warm() does not throw', async (t) => {
+  // The flags unfiltered: piscina's `new Worker` throws inside run(), synchronously.
+  const pool = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 16, idleMs: 1000, execArgv: ['--no-parallel-scavenge'] })
+  let warmed: Promise<void> | undefined
+  t.doesNotThrow(() => { warmed = pool.warm() }, 'warm() (called mid-exchange) does not throw')
+  await warmed
+  await t.rejects(pool.prepare(task(enc.encode('{"model":"m"}'))), { code: 'internal_error', details: { pool: 'parser' } }, 'the pool\'s failure, not the caller\'s or the provider\'s')
+  t.match(pool.stats(), { threadsAlive: 0, completed: 0, failed: 1 })
+  // Not closed: piscina keeps the tasks it queued before its `new Worker` threw and rejects them
+  // unhandled on close (its own promises, never returned to the caller).
 })
 
 t.test('options are validated', async (t) => {
