@@ -5,7 +5,7 @@
 //
 //   node native-bench/exchange.bench.ts [--quick] [--sources] [--cpu-prof-dir DIR]
 // (also run by `npm run bench`). sluice runs as production runs it: the compiled
-// dist/bin/sluice.js, built afresh first (scripts/build.ts, what `npm ci` runs); --sources
+// dist/bin/sluice.js with the launchers' Node flags (src/node-flags.ts), built afresh first (scripts/build.ts, what `npm ci` runs); --sources
 // runs bin/sluice.ts instead (type stripping in every thread). The run ends with the table of
 // issue 15 (pass-through beside sluice, targets beside them). Prints one table; exits 0 unless it crashed — a missed
 // target is reported, never a failure. --cpu-prof-dir runs the main sluice instance under
@@ -58,6 +58,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
 import { limitsSchema } from '../src/config/schema.ts'
+import { NODE_FLAGS } from '../src/node-flags.ts'
 import { alive, cpuMsSince, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
 
 const args = process.argv.slice(2)
@@ -296,7 +297,7 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
     const t0 = performance.now()
-    const child = launch(name, quota.wrap(NODE, [...nodeFlags, bin, 'serve', '--config', file]), (line) => {
+    const child = launch(name, quota.wrap(NODE, [...NODE_FLAGS, ...nodeFlags, bin, 'serve', '--config', file]), (line) => {
       if (!line.includes('"sluice ready"')) return false
       const j = JSON.parse(line) as { port: number; startMs: number }
       ready({ port: j.port, startMs: j.startMs, at: performance.now() })

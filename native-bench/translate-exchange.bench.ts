@@ -44,6 +44,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent } from 'undici'
+import { NODE_FLAGS } from '../src/node-flags.ts'
 import { cpuMsSince, launchChild, machine, makeQuota, stopChild, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
 import { killAllSync, live } from '../src/load/run.ts'
 
@@ -204,7 +205,7 @@ function startSluice (simUrl: string, quota: Quota) {
     providers: [{ name: 'sim-chat', protocol: 'openai-chat', baseUrl: simUrl, models: ['gpt-4o*'] }],
   }))
   const prof = PROFILE_DIR !== undefined ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []
-  return startWithLine('sluice', quota.wrap(NODE, [...prof, BIN, 'serve', '--config', file]),
+  return startWithLine('sluice', quota.wrap(NODE, [...NODE_FLAGS, ...prof, BIN, 'serve', '--config', file]),
     (line) => line.includes('"sluice ready"') ? (JSON.parse(line) as { port: number }).port : undefined,
     { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') })
 }

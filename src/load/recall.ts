@@ -53,6 +53,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
+import { NODE_FLAGS } from '../node-flags.ts'
 import { launchChild, rssMb, RssSampler, type Child } from './os.ts'
 import { percentiles } from './receipt.ts'
 import { hashSettings } from './receipt.ts'
@@ -252,7 +253,7 @@ export async function runRecall (opts: RecallOptions): Promise<RecallOutput> {
     }))
     let ready!: (v: { port: number; adminPort: number }) => void
     const readyP = new Promise<{ port: number; adminPort: number }>((resolve) => { ready = resolve })
-    gw = launchChild('sluice', quota.wrap(NODE, [BIN, 'serve', '--config', cfgFile]), (line) => {
+    gw = launchChild('sluice', quota.wrap(NODE, [...NODE_FLAGS, BIN, 'serve', '--config', cfgFile]), (line) => {
       if (!line.includes('"sluice ready"')) return
       try { const j = JSON.parse(line) as { port: number; adminPort: number }; ready({ port: j.port, adminPort: j.adminPort }) } catch {}
     }, { env: { ...process.env, ...accountEnv, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') }, keepInTail: (line) => !line.includes('"msg":"exchange"') })

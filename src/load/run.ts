@@ -26,6 +26,7 @@ import { nodeHttp } from '../net/node-http.ts'
 import { availableParallelism, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { Agent, request } from 'undici'
+import { NODE_FLAGS } from '../node-flags.ts'
 import { alive, launchChild, makeQuota, noQuota, RssSampler, stopChild, tasksetQuota, type Child, type Quota } from './os.ts'
 import type { Profile } from './profile.ts'
 import { settingsOf } from './profile.ts'
@@ -250,7 +251,7 @@ export async function runProfile (opts: RunOptions): Promise<RunOutput> {
     }))
     let ready!: (v: { port: number; adminPort: number }) => void
     const readyP = new Promise<{ port: number; adminPort: number }>((resolve) => { ready = resolve })
-    gw = launch('sluice', quota.wrap(NODE, [BIN, 'serve', '--config', cfgFile]), (line) => {
+    gw = launch('sluice', quota.wrap(NODE, [...NODE_FLAGS, BIN, 'serve', '--config', cfgFile]), (line) => {
       if (!line.includes('"sluice ready"')) return
       try { const j = JSON.parse(line) as { port: number; adminPort: number }; ready({ port: j.port, adminPort: j.adminPort }) } catch {}
     }, { ...process.env, SLUICE_SIGNING_KEY: randomBytes(32).toString('hex') })

@@ -13,6 +13,7 @@ import { request } from 'undici'
 import { demoConfig } from '../../src/config/load.ts'
 import { BIN, NODE, startGateway, waitIdle } from '../helpers/gateway.ts'
 import { buildDist } from '../helpers/build.ts'
+import { NODE_FLAGS } from '../../src/node-flags.ts'
 
 const NO_TS = '--no-experimental-strip-types'
 
@@ -101,7 +102,7 @@ t.test('compiled, `sluice load` finds its profiles in ops/ (the repository root,
 
 t.test('the compiled gateway, no type stripping anywhere: every protocol, the sim thread, the parser pool, idle after', async (t) => {
   const { entry } = buildDist()
-  const gw = await startGateway({ ...demoConfig(), workers: 1 }, { bin: entry, nodeArgs: [NO_TS] })
+  const gw = await startGateway({ ...demoConfig(), workers: 1 }, { bin: entry, nodeArgs: [NO_TS, ...NODE_FLAGS] })
   t.teardown(() => gw.stop())
   const ready = await request(`http://127.0.0.1:${gw.adminPort}/readyz`)
   await ready.body.text()

@@ -9,6 +9,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { sha256Hex, validateConfig } from '../../src/config/load.ts'
 import { ROOT, startGateway } from '../helpers/gateway.ts'
+import { NODE_FLAGS } from '../../src/node-flags.ts'
 import { dockerignoreIncludes, parseContainerfile, type Instruction } from './containerfile.ts'
 
 const file = join(ROOT, 'ops/container/Containerfile')
@@ -65,7 +66,7 @@ t.test('ports, health check, stop signal and command', async (t) => {
   const cmd = inFinal('CMD')
   t.equal(cmd.length, 1, 'one CMD')
   // Shell form would run /bin/sh -c as PID 1, which does not forward SIGTERM to node.
-  t.same(JSON.parse(cmd[0].args), ['node', 'dist/bin/sluice.js', 'serve'], 'exec form: node is PID 1 and gets SIGTERM; the compiled entry')
+  t.same(JSON.parse(cmd[0].args), ['node', ...NODE_FLAGS, 'dist/bin/sluice.js', 'serve'], 'exec form: node is PID 1 and gets SIGTERM; the compiled entry, with the launch flags')
   // dist/ comes from a stage that builds it the way `npm ci` does (scripts/build.ts).
   const fromBuild = inFinal('COPY').filter((c) => /--from=(\S+)/.test(c.args) && /\bdist\b/.test(c.args))
   t.equal(fromBuild.length, 1, 'the final stage copies dist/ from a build stage')

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { limitsSchema } from '../../src/config/schema.ts'
+import { NODE_FLAGS } from '../../src/node-flags.ts'
 import { scrape } from '../../src/load/scrape.ts'
 import { ROOT } from '../helpers/gateway.ts'
 import { buildDist } from '../helpers/build.ts'
@@ -80,7 +81,7 @@ t.test('systemd-analyze security rates the unit OK or better', { skip: hasAnalyz
 })
 
 t.test('runs Node 24 from the install with the config file; secrets from an optional env file', async (t) => {
-  t.equal(one('ExecStart'), '/opt/sluice/node_modules/.bin/node /opt/sluice/dist/bin/sluice.js serve --config /etc/sluice/config.json', 'the compiled entry npm ci builds')
+  t.equal(one('ExecStart'), `/opt/sluice/node_modules/.bin/node ${NODE_FLAGS.join(' ')} /opt/sluice/dist/bin/sluice.js serve --config /etc/sluice/config.json`, 'the compiled entry npm ci builds, with the launch flags')
   t.equal(one('EnvironmentFile'), '-/etc/sluice/env')
   t.equal(one('Restart'), 'on-failure')
   t.equal(one('RestartPreventExitStatus'), '2', 'an invalid config (exit 2) does not restart in a loop')
@@ -190,8 +191,8 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
   t.ok(allowed.size > 100, `the filter allows ${allowed.size} system calls`)
 
   const out = join(mkdtempSync(join(tmpdir(), 'sluice-strace-')), 'summary.txt')
-  // What ExecStart runs: the compiled entry (built afresh, as npm ci builds it).
-  const p = spawn(strace!, ['-f', '-qq', '-c', '-o', out, process.execPath, buildDist().entry, 'serve'], {
+  // What ExecStart runs: the compiled entry (built afresh, as npm ci builds it), with its flags.
+  const p = spawn(strace!, ['-f', '-qq', '-c', '-o', out, process.execPath, ...NODE_FLAGS, buildDist().entry, 'serve'], {
     env: { ...process.env, SLUICE_PORT: '0', SLUICE_ADMIN_PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -224,8 +225,8 @@ t.test('every system call sluice makes (start, exchanges on all three protocols,
   ]
   for (const [path, body] of calls) {
     const res = await request(`http://127.0.0.1:${ready.port}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) })
-    await res.body.text()
-    t.equal(res.statusCode, 200, `${path} answered`)
+    const said = await res.body.text()
+    t.equal(res.statusCode, 200, `${path} answered${res.statusCode === 200 ? '' : `: ${said.slice(0, 300)}`}`)
   }
   for (const path of ['/metrics', '/healthz', '/readyz', '/capabilities']) await (await request(`http://127.0.0.1:${ready.adminPort}${path}`)).body.text()
   // And an idle spell long enough for the idle collection and the malloc_trim after it (koffi

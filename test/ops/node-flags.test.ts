@@ -1,0 +1,64 @@
+// src/node-flags.ts: the Node flags every production launcher starts sluice with. V8's flags
+// are process-wide and cannot be set by the running process for its workers, so they live on
+// each command line; this holds `npm start`, both systemd units and the container's CMD to the
+// one list, and checks Node accepts each flag (a misspelt one would stop the start: exit 9).
+
+import t from 'tap'
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { NODE_FLAGS } from '../../src/node-flags.ts'
+import { request } from 'undici'
+import { demoConfig } from '../../src/config/load.ts'
+import { NODE, ROOT, startGateway, waitIdle } from '../helpers/gateway.ts'
+import { parseContainerfile } from './containerfile.ts'
+
+const flags = NODE_FLAGS.join(' ')
+
+t.test('the list is not empty and Node accepts every flag in it', async (t) => {
+  t.ok(NODE_FLAGS.length > 0)
+  const r = spawnSync(NODE, [...NODE_FLAGS, '-e', 'process.stdout.write(JSON.stringify(process.execArgv))'], { encoding: 'utf8', timeout: 30_000 })
+  t.equal(r.status, 0, r.stderr)
+  t.same(JSON.parse(r.stdout).slice(0, NODE_FLAGS.length), [...NODE_FLAGS], 'seen by the process as given')
+  const typo = spawnSync(NODE, [NODE_FLAGS[0] + 'x', '-e', '0'], { encoding: 'utf8', timeout: 30_000 })
+  t.equal(typo.status, 9, 'a flag Node does not know stops it (the check has teeth)')
+  t.match(typo.stderr, /bad option/)
+})
+
+t.test('npm start runs the compiled entry with the flags', async (t) => {
+  const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start
+  t.match(start, new RegExp(`(^|\\s)node ${flags.replace(/[-]/g, '\\-')} dist/bin/sluice\\.js serve$`))
+})
+
+t.test('both systemd units run the compiled entry with the flags', async (t) => {
+  for (const name of ['sluice.service', 'sluice@.service']) {
+    const lines = readFileSync(join(ROOT, 'ops/systemd', name), 'utf8').split('\n').filter((l) => l.startsWith('ExecStart='))
+    t.same(lines, [`ExecStart=/opt/sluice/node_modules/.bin/node ${flags} /opt/sluice/dist/bin/sluice.js serve --config /etc/sluice/config.json`], name)
+  }
+})
+
+t.test("the container's CMD runs the compiled entry with the flags", async (t) => {
+  const ins = parseContainerfile(readFileSync(join(ROOT, 'ops/container/Containerfile'), 'utf8'))
+  const final = ins.slice(ins.findLastIndex((i) => i.name === 'FROM'))
+  const cmd = final.filter((i) => i.name === 'CMD')
+  t.equal(cmd.length, 1, 'one CMD in the final stage')
+  t.same(JSON.parse(cmd[0].args), ['node', ...NODE_FLAGS, 'dist/bin/sluice.js', 'serve'])
+})
+
+t.test('started with the flags (and another V8 flag), the parser threads start and parse', async (t) => {
+  // V8's flags are refused in a worker's execArgv: a parser pool handed the parent's flags as
+  // they are could not start a thread, and every body or answer it parses would fail.
+  const gw = await startGateway({ ...demoConfig(), workers: 1 }, { nodeArgs: [...NODE_FLAGS, '--max-old-space-size=512'] })
+  t.teardown(() => gw.stop())
+  const auth = { authorization: 'Bearer sk-sluice-demo', 'content-type': 'application/json' }
+  // Over the in-worker parse threshold (64 KiB): the request body goes to a parser thread; the
+  // non-streaming answer is read there too.
+  const big = 'x'.repeat(200 * 1024) + '\n#sim tokens=5 interval=1'
+  for (const stream of [false, true]) {
+    const res = await request(`http://127.0.0.1:${gw.port}/v1/chat/completions`, { method: 'POST', headers: auth, body: JSON.stringify({ model: 'gpt-4o-mini', stream, messages: [{ role: 'user', content: big }] }) })
+    const got = await res.body.text()
+    t.equal(res.statusCode, 200, `stream ${stream}: answered${res.statusCode === 200 ? '' : `: ${got.slice(0, 300)}`}`)
+  }
+  t.same(await waitIdle(gw), {}, 'the ledger is idle')
+  t.equal(await gw.stop(), 0, 'drained and exited 0')
+})
