@@ -9,7 +9,7 @@
 // (limits.workerYoungGenMb, 4 MiB: the relay's allocations stay in cache), so it is scavenged
 // often (~265 times per 1,500 exchanges at 96 streams). V8 runs each scavenge with tasks on its
 // platform threads, and on sluice's one vCPU those threads only take turns with the worker on
-// the same core: measured at 96 streams, V8's helper threads 0.42-0.53 ms of CPU per exchange
-// against 0.21 with the flag, the worker's own thread no slower (docs/benchmarks.md). Concurrent
-// marking, sweeping and compaction stay on.
+// the same core: measured at 96 streams (three paired runs), V8's helper threads 0.28-0.50 ms of
+// CPU per exchange against 0.21 with the flag, the worker's own thread no slower
+// (docs/benchmarks.md). Concurrent marking, sweeping and compaction stay on.
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge']

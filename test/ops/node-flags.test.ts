@@ -25,9 +25,10 @@ t.test('the list is not empty and Node accepts every flag in it', async (t) => {
   t.match(typo.stderr, /bad option/)
 })
 
-t.test('npm start runs the compiled entry with the flags', async (t) => {
-  const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start
-  t.match(start, new RegExp(`(^|\\s)node ${flags.replace(/[-]/g, '\\-')} dist/bin/sluice\\.js serve$`))
+t.test('npm start (and npm run sluice) run the compiled entry with the flags', async (t) => {
+  const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts
+  t.match(scripts.start, new RegExp(`(^|\\s)node ${flags.replace(/[-]/g, '\\-')} dist/bin/sluice\\.js serve$`))
+  t.equal(scripts.sluice, `node ${flags} dist/bin/sluice.js`)
 })
 
 t.test('both systemd units run the compiled entry with the flags', async (t) => {
