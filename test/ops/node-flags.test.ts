@@ -1,15 +1,16 @@
 // src/node-flags.ts: the Node flags every production launcher starts sluice with. V8's flags
 // are process-wide and cannot be set by the running process for its workers, so they live on
 // each command line; this holds `npm start`, both systemd units and the container's CMD to the
-// one list, and checks Node accepts each flag (a misspelt one would stop the start: exit 9).
+// one list, checks Node accepts each flag (a misspelt one would stop the start: exit 9), and
+// that a gateway started with them (and another V8 flag) still starts its parser threads.
 
 import t from 'tap'
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { NODE_FLAGS } from '../../src/node-flags.ts'
 import { request } from 'undici'
 import { demoConfig } from '../../src/config/load.ts'
+import { NODE_FLAGS } from '../../src/node-flags.ts'
 import { NODE, ROOT, startGateway, waitIdle } from '../helpers/gateway.ts'
 import { parseContainerfile } from './containerfile.ts'
 
