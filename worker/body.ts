@@ -83,7 +83,7 @@ function drainBuffered (req: IncomingMessage, onChunk: (chunk: Buffer) => void):
  * Feeds each chunk of `req` to `onChunk` (synchronously; a throw ends the read with that
  * error) until the body ends. Rejects with client_closed when the caller goes away or the
  * signal aborts, and body_timeout at either deadline. Settles exactly once; every listener
- * and timer is removed when it does, and the request is left paused. `declared` is the
+ * and timer is removed when it does, and a request it failed on is left paused. `declared` is the
  * Content-Length (-1 without one): with all of it buffered, the body is read out at once.
  */
 function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, onChunk: (chunk: Buffer) => void, declared = -1): Promise<void> {

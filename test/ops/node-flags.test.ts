@@ -28,7 +28,7 @@ t.test('the list is not empty and Node accepts every flag in it', async (t) => {
 
 t.test('npm start (and npm run sluice) run the compiled entry with the flags', async (t) => {
   const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts
-  t.match(scripts.start, new RegExp(`(^|\\s)node ${flags.replace(/[-]/g, '\\-')} dist/bin/sluice\\.js serve$`))
+  t.ok(scripts.start.endsWith(` node ${flags} dist/bin/sluice.js serve`), scripts.start)
   t.equal(scripts.sluice, `node ${flags} dist/bin/sluice.js`)
 })
 
