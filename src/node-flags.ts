@@ -28,6 +28,7 @@
 // and do not move; near them the flag made no difference either (measured: a 128 MB worker
 // churning garbage over a large live set peaked at the same ~110-114 MB of used heap with and
 // without it), so the admission check (workerHeapAdmitFraction of the limit) acts as before.
-// The cost is memory held between full GCs: the bench's RSS peak 121 -> 128 MB, idle 12 s after
-// load 96.8 -> 97.8 MB (docs/benchmarks.md).
+// The cost is memory held between full GCs: the bench's RSS peak 121-122 -> 128 MB; idle 12 s
+// after load 96.8-98.1 MB without it, 97.8-98.2 with it (two and three full runs,
+// docs/benchmarks.md).
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--heap-growing-percent=100']
