@@ -107,6 +107,8 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
   if (o.state !== undefined) eo.state = o.state
   const enc = encoder(o.to, eo)
   const dec = decoder(o.from, decoderOptions(o, enc))
+  /** A Chat provider's plain text deltas are read from their bytes (ChatDecoder.plainText). */
+  const chat = dec instanceof ChatDecoder ? dec : null
   let tailed = false
   return {
     push (eventName, data) {
@@ -120,6 +122,7 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
     feedFrame (frame) {
       const { event, data } = payloadOf(Buffer.isBuffer(frame) ? frame : Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength))
       if (data === null || data.length === 0) return
+      if (chat !== null && event === null && chat.plainText(data)) return
       const text = data.toString('utf8')
       if (text.trim() === '[DONE]') { dec.frame(event, '[DONE]'); return }
       let v: unknown
@@ -130,6 +133,7 @@ export function createStreamTranslator (o: TranslatorOptions): StreamTranslator 
         return
       }
       dec.frame(event, v)
+      if (chat !== null && event === null) chat.learnHead(data)
     },
     take () { return enc.take() },
     end () {
