@@ -11,6 +11,7 @@
 
 import { Emitter, Held, type DecoderOptions } from './emit.ts'
 import { chatStop, chatUsage, isObj, providerFailure } from './common.ts'
+import { ascii, startsWith } from '../../protocols/bytes.ts'
 
 interface PendingCall { id: string; name: string; args: Held; order: number }
 
@@ -21,25 +22,20 @@ interface PendingCall { id: string; name: string; args: Held; order: number }
 // with one of TAILS (optionally before a trailing `"obfuscation"` string). Measured in
 // translate.bench.ts, JSON.parse of the whole chunk (and its UTF-8 decoding) was ~40 % of the
 // translated relay's CPU.
-const CONTENT_AT = Buffer.from('"choices":[{"index":0,"delta":{"content":"', 'latin1')
+const CONTENT_AT = ascii('"choices":[{"index":0,"delta":{"content":"')
 // (Longest first: each with `,"usage":null` before the same tail without it, its prefix.)
 const TAILS = [
   '},"logprobs":null,"finish_reason":null}],"usage":null',
   '},"logprobs":null,"finish_reason":null}]',
   '},"finish_reason":null}],"usage":null',
   '},"finish_reason":null}]',
-].map(t => Buffer.from(t, 'latin1'))
-const OBFUSCATION = Buffer.from(',"obfuscation":"', 'latin1')
+].map(ascii)
+const OBFUSCATION = ascii(',"obfuscation":"')
 const QUOTE = 34
 const BACKSLASH = 92
 const CLOSE_BRACE = 125
 /** Keys of the chunk the decoder reads after its first frame: a head that has one is never learned. */
 const READ_KEYS = ['choices', 'error', 'usage']
-
-/** `buf[at..]` begins with `what`. */
-function at (buf: Buffer, i: number, what: Buffer): boolean {
-  return i + what.length <= buf.length && buf.compare(what, 0, what.length, i, i + what.length) === 0
-}
 
 export class ChatDecoder {
   readonly e: Emitter
@@ -52,6 +48,8 @@ export class ChatDecoder {
    * kept, released when the stream ends or is disposed.
    */
   #head: Buffer | null = null
+  /** A head was looked at (kept or not): a stream's head is judged once, not on every frame. */
+  #headJudged = false
   #text = ''
 
   constructor (o: DecoderOptions) {
@@ -73,13 +71,16 @@ export class ChatDecoder {
 
   /**
    * After a frame was parsed whole and pushed: keeps its head for plainText() when the frame
-   * has the plain text delta's layout after it. Once per stream (the first such frame).
+   * has the plain text delta's layout after it. Judged once per stream, on the first frame that
+   * has that layout: a head refused then (a key the decoder reads, no room in the budget) is not
+   * parsed again for every later frame.
    */
   learnHead (data: Buffer): void {
     const e = this.e
-    if (this.#head !== null || e.ended || !e.started) return
+    if (this.#headJudged || e.ended || !e.started) return
     const i = data.indexOf(CONTENT_AT)
     if (i < 2 || data[i - 1] !== 0x2c) return // `,"choices"`: not the first key
+    this.#headJudged = true
     let head: unknown
     try {
       // A complete object prefix at the root: closed after its last member it parses. (Inside
@@ -116,7 +117,7 @@ export class ChatDecoder {
     if (head === null || e.ended || this.#stop !== null) return false
     const n = data.length
     const h = head.length
-    if (n < h + CONTENT_AT.length + 2 || data.compare(head, 0, h, 0, h) !== 0 || !at(data, h, CONTENT_AT)) return false
+    if (n < h + CONTENT_AT.length + 2 || data.compare(head, 0, h, 0, h) !== 0 || !startsWith(data, h, CONTENT_AT)) return false
     // The text's JSON string: to its closing quote. A control character makes it not JSON (the
     // whole parse fails: left to it); an escape is decoded by JSON.parse of the literal alone.
     const s = h + CONTENT_AT.length
@@ -131,10 +132,10 @@ export class ChatDecoder {
     }
     let k = j + 1
     let tail = -1
-    for (let t = 0; t < TAILS.length; t++) if (at(data, k, TAILS[t])) { tail = t; break }
+    for (let t = 0; t < TAILS.length; t++) if (startsWith(data, k, TAILS[t])) { tail = t; break }
     if (tail === -1) return false
     k += TAILS[tail].length
-    if (at(data, k, OBFUSCATION)) {
+    if (startsWith(data, k, OBFUSCATION)) {
       // A plain string (no escape, no control character), then the end of the object.
       k += OBFUSCATION.length
       for (;;) {

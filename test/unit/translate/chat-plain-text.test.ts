@@ -87,8 +87,8 @@ t.test('a stream of text deltas: the same bytes as parsing every frame whole, th
       if (!a.bytes.equals(b.bytes)) throw new Error(`${to}: the bytes differ`)
       if (a.failure !== null || b.failure !== null || !a.finished) throw new Error(`${to}: failed ${a.failure} / ${b.failure}`)
       if (!a.idle || !b.idle) throw new Error(`${to}: the budget is not idle`)
-      // Every delta after the head was learned (from ROLE? no: it has role; from the first
-      // parsed text delta) is read from its bytes.
+      // ROLE (a role field) and the first text delta are parsed whole, the head learned from
+      // the latter; every delta after it is read from its bytes.
       if (taken !== deltas.length - 1) throw new Error(`${to}: ${taken} of ${deltas.length} deltas read from their bytes`)
       if (a.peakItem < Buffer.byteLength(JSON.stringify(HEAD)) - 1) throw new Error(`${to}: the head was not charged (${a.peakItem})`)
       return true
@@ -173,6 +173,12 @@ t.test('frames it leaves to the whole parse', async t => {
     x.dec.frame(null, JSON.parse(p))
     x.dec.learnHead(Buffer.from(p))
     t.equal(x.budget.held.item, 1, `a head with "${key}" is not kept`)
+    // Judged once per stream: a later clean head is not parsed and kept either.
+    const clean = chunk('b')
+    x.dec.frame(null, JSON.parse(clean))
+    x.dec.learnHead(Buffer.from(clean))
+    t.equal(x.budget.held.item, 2, `after "${key}", a later head is not looked at`)
+    t.notOk(x.dec.plainText(Buffer.from(chunk('c'))), 'and no frame is read from its bytes')
   }
   // No room for the head: nothing kept, every frame parsed whole.
   const tight = new CountingBudget(20)
@@ -184,8 +190,7 @@ t.test('frames it leaves to the whole parse', async t => {
 })
 
 t.test('the head goes back on a failure and on dispose', async t => {
-  for (const to of ['openai-responses', 'anthropic', 'openai-chat'] as const) {
-    if (to === 'openai-chat') continue // same protocol: never translated
+  for (const to of ['openai-responses', 'anthropic'] as const) {
     const cut = viaBytes(to, [ROLE, chunk('a'), chunk('b'), chunk('c')])
     t.equal(cut.failure, 'provider_protocol_error', `${to}: a stream cut without its terminal fails`)
     t.ok(cut.idle, `${to}: idle after the failure`)
