@@ -85,6 +85,19 @@ const EXTERNAL = ['piscina', '@opentelemetry/*', 'gpt-tokenizer', 'koffi']
  * start; left external, the one used is read from node_modules when it is first needed.
  */
 const LAZY_UNDICI = /^\.\.\/(llhttp\/llhttp(_simd)?-wasm|milo\/(no-)?simd)\.js$/
+/**
+ * fastify's server.js requires `node:https` and `node:http2` at load, for the `https` and
+ * `http2` options sluice never sets (it hands fastify its own node:http server through
+ * `serverFactory`). The build makes the two bindings load on first use instead, and fails if
+ * fastify's lines change. That keeps https and tls (and tls's wrap) out of every HTTP worker,
+ * ~10 ms of its start profiled under one vCPU; http2 is loaded anyway, by undici's client-h2.
+ */
+const LAZY_FASTIFY = {
+  file: /[\\/]node_modules[\\/]fastify[\\/]lib[\\/]server\.js$/,
+  lines: "const https = require('node:https')\nconst http2 = require('node:http2')\n",
+  lazy: "const __sluiceLazy = (id) => { let m; return new Proxy({}, { get: (_, k) => (m ??= require(id))[k] }) }\n" +
+    "const https = __sluiceLazy('node:https')\nconst http2 = __sluiceLazy('node:http2')\n",
+}
 /** Source files whose createRequire'd require is to be the bundle's (so esbuild bundles what they require). */
 const BUNDLED_REQUIRE = new Map([['src/net/pool.ts', 'const require = createRequire(import.meta.url)\n']])
 
@@ -117,6 +130,17 @@ const lazyUndici: Esbuild.Plugin = {
       if (!a.importer.split(sep).join('/').includes('/node_modules/undici/lib/dispatcher/')) return undefined
       // undici has no "exports" map: its files are reachable by path (src/net/pool.ts relies on it too).
       return { path: `undici/lib/${a.path.slice(3)}`, external: true }
+    })
+  },
+}
+
+const lazyFastifyServer: Esbuild.Plugin = {
+  name: 'sluice-lazy-fastify-server',
+  setup (b) {
+    b.onLoad({ filter: LAZY_FASTIFY.file }, (a) => {
+      const text = readFileSync(a.path, 'utf8')
+      if (!text.includes(LAZY_FASTIFY.lines)) fail(`${relative(root, a.path)} no longer has the two require lines the build makes lazy`)
+      return { contents: text.replace(LAZY_FASTIFY.lines, LAZY_FASTIFY.lazy), loader: 'js' }
     })
   },
 }
@@ -158,7 +182,7 @@ try {
     legalComments: 'none',
     external: EXTERNAL,
     banner: { js: BANNER },
-    plugins: [ownSources, lazyUndici],
+    plugins: [ownSources, lazyUndici, lazyFastifyServer],
     write: false,
     logLevel: 'warning',
   })

@@ -58,6 +58,21 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   // exports load Node's bundled undici in that thread (src/net/node-http.ts): required instead.
   const esmHttp = files.filter((f) => /(?:from|import)\s*["']node:http["']/.test(readFileSync(join(dist, f), 'utf8')))
   t.same(esmHttp, [], 'no file imports node:http as an ES module')
+  // fastify's server.js requires node:https and node:http2 at load, for options sluice never
+  // sets; the build makes both lazy (scripts/build.ts LAZY_FASTIFY), so https and tls stay out
+  // of the HTTP worker. Every call naming node:https must go through that lazy proxy.
+  const eagerHttps: string[] = []
+  let lazyHttps = 0
+  for (const f of files) {
+    const text = readFileSync(join(dist, f), 'utf8')
+    for (const m of text.matchAll(/([\w$]+)\("node:https"\)/g)) {
+      const callee = m[1]!.replace(/[$]/g, '\\$')
+      if (new RegExp(`[^\\w$]${callee}=\\(?[\\w$]+\\)?=>\\{let [\\w$]+;return new Proxy\\(`).test(text)) lazyHttps++
+      else eagerHttps.push(`${f}: ${m[0]}`)
+    }
+  }
+  t.same(eagerHttps, [], 'no bundle requires node:https at load')
+  t.ok(lazyHttps >= 1, 'fastify\'s node:https goes through the lazy proxy')
   t.ok(graph.get('worker/main.js')!.statics.length > 0 && graph.get('bin/sluice.js')!.dynamics.length >= 3, 'imports are seen (the parse has teeth)')
   // What a thread loads before it runs: its entry and the chunks it imports statically.
   const loads = (f: string, seen = new Set<string>()): Set<string> => {
