@@ -41,11 +41,12 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   const files = (readdirSync(dist, { recursive: true }) as string[]).filter((f) => /\.[a-z]+$/.test(f))
   t.same(files.filter((f) => !f.endsWith('.js')), [], 'no other file in dist/')
   t.same(files.filter((f) => !f.startsWith('chunks/')).sort(), [...ENTRIES].sort(), 'outside dist/chunks/: the entries, no module per source')
+  const source = new Map(files.map((f) => [f, readFileSync(join(dist, f), 'utf8')]))
   const graph = new Map<string, { statics: string[]; dynamics: string[] }>()
   const missing: string[] = []
   const outside: string[] = []
   for (const f of files) {
-    const { statics, dynamics } = importsOf(readFileSync(join(dist, f), 'utf8'))
+    const { statics, dynamics } = importsOf(source.get(f)!)
     const local = (s: string) => join(dirname(f), s)
     for (const s of [...statics, ...dynamics]) {
       if (s.startsWith('.')) { if (!files.includes(local(s))) missing.push(`${f} -> ${s}`) } else if (!builtinModules.includes(s) && !EXTERNAL.test(s)) outside.push(`${f} -> ${s}`)
@@ -56,15 +57,14 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   t.same(outside, [], 'every other import is a builtin or a declared external')
   // node:http as an ES import builds its ESM facade, whose lazy WebSocket/CloseEvent/MessageEvent
   // exports load Node's bundled undici in that thread (src/net/node-http.ts): required instead.
-  const esmHttp = files.filter((f) => /(?:from|import)\s*["']node:http["']/.test(readFileSync(join(dist, f), 'utf8')))
+  const esmHttp = files.filter((f) => /(?:from|import)\s*["']node:http["']/.test(source.get(f)!))
   t.same(esmHttp, [], 'no file imports node:http as an ES module')
   // fastify's server.js requires node:https and node:http2 at load, for options sluice never
   // sets; the build makes both lazy (scripts/build.ts LAZY_FASTIFY), so https and tls stay out
   // of the HTTP worker. Every call naming node:https must go through that lazy proxy.
   const eagerHttps: string[] = []
   let lazyHttps = 0
-  for (const f of files) {
-    const text = readFileSync(join(dist, f), 'utf8')
+  for (const [f, text] of source) {
     for (const m of text.matchAll(/([\w$]+)\("node:https"\)/g)) {
       const callee = m[1]!.replace(/[$]/g, '\\$')
       if (new RegExp(`[^\\w$]${callee}=\\(?[\\w$]+\\)?=>\\{let [\\w$]+;return new Proxy\\(`).test(text)) lazyHttps++
@@ -83,7 +83,7 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   }
   // Each thread carries the dependencies it runs and not the others' (zod validates the
   // config in the primary; fastify serves in the HTTP worker), each recognised by its own text.
-  const text = (set: Set<string>) => [...set].map((f) => readFileSync(join(dist, f), 'utf8')).join('\n')
+  const text = (set: Set<string>) => [...set].map((f) => source.get(f)!).join('\n')
   const zod = /"ZodObject"/
   const fastify = /FST_ERR_/
   const primary = new Set<string>()
