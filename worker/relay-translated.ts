@@ -23,7 +23,7 @@ import type { Protocol, TranslationBudget, Usage } from '../src/translate/canoni
 import type { StreamTranslator } from '../src/translate/stream/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
 import type { ExchangeDeps, ExchangeRecord } from './deps.ts'
-import { ClientDrain, endResponse, type Outcome } from './relay.ts'
+import { ClientDrain, endResponse, holdForEnd, type Outcome } from './relay.ts'
 import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
@@ -147,6 +147,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
   let framesIn = 0
   let failure: SluiceError | null = null
   let finishedSeen = false
+  let heldForEnd = false
   const onFinished = (): void => {
     if (finishedSeen || !translator.finished || translator.failure !== null) return
     finishedSeen = true
@@ -180,7 +181,11 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     }
     // The caller is about to see the stream's terminal event: its session may go on now.
     onFinished()
-    if (translator.finished) scope.releaseLane()
+    if (translator.finished) {
+      scope.releaseLane()
+      // The client's terminal leaves with the response's end (relay.ts holdForEnd).
+      if (!heldForEnd && translator.failure === null && failure === null) { heldForEnd = true; holdForEnd(res) }
+    }
     const ok = write(out)
     out = NOTHING
     if (translator.failure !== null || failure !== null) return STOP

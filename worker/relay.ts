@@ -155,6 +155,8 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
   const pending: Buffer[] = []
   let pendingBytes = 0
   const drain = new ClientDrain(res, signal, deps.config.limits.clientStallMs)
+  /** The terminal frame went out corked, to leave with the end of the response (holdForEnd). */
+  let heldForEnd = false
 
   /** Writes the first n bytes of pending + chunk, keeps the rest pending; false = backpressure. */
   const flush = (chunk: Buffer | null, n: number): boolean => {
@@ -259,7 +261,10 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
     framesOut += admitted
     // The caller is about to see the stream's terminal event: its session may go on now.
     // (A relayed response.failed is one too: no tail follows it, see below.)
-    if (tracker.closed && (failed === null || (inBandRelayed && tracker.terminal === 'failed'))) scope.releaseLane()
+    if (tracker.closed && (failed === null || (inBandRelayed && tracker.terminal === 'failed'))) {
+      scope.releaseLane()
+      if (!heldForEnd) { heldForEnd = true; holdForEnd(res) }
+    }
     const ok = flush(chunk, cut)
     chunk = null
     if (failed !== null) return STOP
@@ -579,6 +584,27 @@ function failureOf (tracker: StreamTracker): StreamFailure | null {
 function usageOf (tracker: StreamTracker): Record<string, number> | null {
   const u = tracker.usage
   return u ? { ...u } as Record<string, number> : null
+}
+
+/**
+ * The stream's terminal frame is about to be written: the client socket is corked once more, so
+ * that the frame leaves together with the end of the response (the chunked encoding's last
+ * chunk), which res.end() writes and then uncorks fully. One send instead of two for the
+ * client's last read, which it would otherwise wake for twice. The provider's body usually ends
+ * in the same turn of the loop as its terminal frame; if it does not (a provider that keeps the
+ * response open after its terminal), the frame is not held past this turn: setImmediate
+ * uncorks. Uncorking a socket that end() already uncorked, or that a later exchange on the same
+ * connection corked for the same reason, only sends sooner.
+ */
+export function holdForEnd (res: ServerResponse): void {
+  const socket = res.socket
+  if (socket === null || res.writableEnded) return
+  socket.cork()
+  setImmediate(uncorkHeld, socket)
+}
+
+function uncorkHeld (socket: NonNullable<ServerResponse['socket']>): void {
+  if (socket.writableCorked > 0) socket.uncork()
 }
 
 /** Ends the response (optionally with a last chunk) and waits for it to be flushed or closed. */
