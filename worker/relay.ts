@@ -597,8 +597,9 @@ function usageOf (tracker: StreamTracker): Record<string, number> | null {
  * connection corked for the same reason, only sends sooner.
  */
 export function holdForEnd (res: ServerResponse): void {
-  const socket = res.socket
-  if (socket === null || res.writableEnded) return
+  // A non-blocking exchange's sink (worker/sink.ts) stands in for the response: no socket.
+  const socket = res.socket as ServerResponse['socket'] | undefined
+  if (socket === null || socket === undefined || res.writableEnded) return
   socket.cork()
   setImmediate(uncorkHeld, socket)
 }
