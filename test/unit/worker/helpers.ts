@@ -14,7 +14,7 @@
 import { isMainThread } from 'node:worker_threads'
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import type { AddressInfo, Socket } from 'node:net'
 import { request } from 'undici'
 import { sha256Hex, validateConfig } from '../../../src/config/load.ts'
 import type { Config } from '../../../src/config/schema.ts'
@@ -165,13 +165,37 @@ export interface RelayRun {
   /** Bytes the relay had written when the first part was relayed (null: one part only). */
   writtenAtSplit: number | null
   deps: UnitDeps | null
+  /** Writes the client socket made (Node's own _write/_writev calls, counted). */
+  socketWrites: number
+  /** When set, the upstream ends its response only once this settles. */
+  endGate: Promise<void> | null
 }
 
-export interface RelayResult { client: Buffer; outcome: Outcome; rec: ExchangeRecord; writtenAtSplit: number | null; run: RelayRun }
+export interface RelayResult {
+  client: Buffer
+  outcome: Outcome
+  rec: ExchangeRecord
+  writtenAtSplit: number | null
+  run: RelayRun
+  /** An endOnceClientHasAll run's upstream waited out HELD_END_BOUND_MS: the client did not have every byte before the upstream ended. */
+  heldPastBound: boolean
+}
+
+export interface RelayOptions {
+  /**
+   * The upstream keeps its response open after the last byte until the client has every byte
+   * of the stream (a provider that does not end after its terminal); bounded by
+   * HELD_END_BOUND_MS, after which it ends anyway and the result says `heldPastBound`.
+   */
+  endOnceClientHasAll?: boolean
+}
+
+/** How long the upstream of an endOnceClientHasAll run waits for the client to have every byte. */
+export const HELD_END_BOUND_MS = 5000
 
 export interface RelayRig {
   /** Relays `bytes` on `route`, cut into two writes at `split` (none when 0 or the end), on a fresh ledger of `storageBytes`; `prepare` sees that ledger first. */
-  relay (route: Route, bytes: Buffer, split: number, storageBytes?: number, prepare?: (ledger: Ledger) => void): Promise<RelayResult>
+  relay (route: Route, bytes: Buffer, split: number, storageBytes?: number, prepare?: (ledger: Ledger) => void, options?: RelayOptions): Promise<RelayResult>
   close (): Promise<void>
 }
 
@@ -185,6 +209,15 @@ function recordWrites (res: ServerResponse, into: Buffer[]): void {
     if (c !== undefined && c !== null) into.push(Buffer.from(c))
     return end(c, cb)
   }) as typeof res.end
+}
+
+/** Counts a socket's writes (its own _write/_writev, which still do the writing). */
+function countSocketWrites (socket: Socket, onWrite: () => void): void {
+  const s = socket as Socket & { _write: (...a: unknown[]) => void; _writev: (...a: unknown[]) => void }
+  const write = s._write
+  const writev = s._writev
+  s._write = function (...a: unknown[]) { onWrite(); return write.apply(this, a) }
+  s._writev = function (...a: unknown[]) { onWrite(); return writev.apply(this, a) }
 }
 
 /** The upstream and the gateway servers of the relay rig; the gateway's config has `limits`. Runs are one at a time. */
@@ -208,6 +241,7 @@ export async function startRelayRig (limits: Record<string, unknown> = {}): Prom
           run.writtenAtSplit = written(run)
         }
       }
+      if (run.endGate !== null) await run.endGate
       res.end()
     })()
   })
@@ -220,6 +254,7 @@ export async function startRelayRig (limits: Record<string, unknown> = {}): Prom
     const ac = new AbortController()
     req.once('close', () => { if (!res.writableFinished) ac.abort() })
     recordWrites(res, run.writes)
+    countSocketWrites(req.socket, () => { run.socketWrites++ })
     const rec = newRecord({ exchangeId: randomUUID(), runId: null, route: run.route, mode: 'blocking', provider: 'unit-chat', model: 'unit-model', stream: true })
     void (async () => {
       const up = await request(upstream.url + '/v1/chat/completions', { method: 'POST', body: '{}', signal: ac.signal })
@@ -230,16 +265,33 @@ export async function startRelayRig (limits: Record<string, unknown> = {}): Prom
   })
 
   return {
-    async relay (route, bytes, split, storageBytes = RELAY_STORAGE, prepare) {
+    async relay (route, bytes, split, storageBytes = RELAY_STORAGE, prepare, options = {}) {
       const parts = split > 0 && split < bytes.length ? [bytes.subarray(0, split), bytes.subarray(split)] : [bytes]
-      const run: RelayRun = { ledger: makeLedger({ storageBytes }), route, parts, writes: [], writtenAtSplit: null, deps: null }
+      let openGate = (): void => {}
+      let heldPastBound = false
+      let bound: NodeJS.Timeout | undefined
+      const endGate = options.endOnceClientHasAll === true
+        ? new Promise<void>((resolve) => {
+          openGate = resolve
+          bound = setTimeout(() => { heldPastBound = true; resolve() }, HELD_END_BOUND_MS)
+        })
+        : null
+      const run: RelayRun = { ledger: makeLedger({ storageBytes }), route, parts, writes: [], writtenAtSplit: null, deps: null, socketWrites: 0, endGate }
       prepare?.(run.ledger)
       current = run
       const settled = new Promise<{ outcome: Outcome; rec: ExchangeRecord }>((resolve) => { done = resolve })
       const res = await request(gateway.url + '/')
-      const client = Buffer.from(await res.body.arrayBuffer())
+      const got: Buffer[] = []
+      let n = 0
+      for await (const c of res.body) {
+        got.push(c as Buffer)
+        n += (c as Buffer).length
+        if (!heldPastBound && n >= bytes.length) { clearTimeout(bound); openGate() }
+      }
+      clearTimeout(bound)
+      const client = Buffer.concat(got)
       const { outcome, rec } = await settled
-      return { client, outcome, rec, writtenAtSplit: run.writtenAtSplit, run }
+      return { client, outcome, rec, writtenAtSplit: run.writtenAtSplit, run, heldPastBound }
     },
     close: async () => { await gateway.close(); await upstream.close() },
   }
