@@ -86,18 +86,31 @@ const EXTERNAL = ['piscina', '@opentelemetry/*', 'gpt-tokenizer', 'koffi']
  */
 const LAZY_UNDICI = /^\.\.\/(llhttp\/llhttp(_simd)?-wasm|milo\/(no-)?simd)\.js$/
 /**
- * fastify's server.js requires `node:https` and `node:http2` at load, for the `https` and
- * `http2` options sluice never sets (it hands fastify its own node:http server through
- * `serverFactory`). The build makes the two bindings load on first use instead, and fails if
- * fastify's lines change. That keeps https and tls (and tls's wrap) out of every HTTP worker,
- * ~10 ms of its start profiled under one vCPU; http2 is loaded anyway, by undici's client-h2.
+ * Requires the build makes lazy (loaded on first use instead of at load), each in one file of a
+ * dependency, for features sluice never uses; the build fails if a file's lines change.
+ *
+ * - fastify's server.js requires `node:https` and `node:http2` at load, for the `https` and
+ *   `http2` options sluice never sets (it hands fastify its own node:http server through
+ *   `serverFactory`). That keeps https and tls (and tls's wrap) out of every HTTP worker,
+ *   ~10 ms of its start profiled under one vCPU.
+ * - undici's client.js requires its HTTP/2 client (client-h2.js, which requires `node:http2`)
+ *   at load, for a connection whose TLS handshake chose h2, and only with `allowH2`, which
+ *   sluice never sets (worker/upstream.ts): ~20 ms of an HTTP worker's start under one vCPU
+ *   (unbundled: 25 of the 38 ms undici's Pool takes to load), and node:http2's heap.
  */
-const LAZY_FASTIFY = {
-  file: /[\\/]node_modules[\\/]fastify[\\/]lib[\\/]server\.js$/,
-  lines: "const https = require('node:https')\nconst http2 = require('node:http2')\n",
-  lazy: "const __sluiceLazy = (id) => { let m; return new Proxy({}, { get: (_, k) => (m ??= require(id))[k] }) }\n" +
-    "const https = __sluiceLazy('node:https')\nconst http2 = __sluiceLazy('node:http2')\n",
-}
+const LAZY_REQUIRES = [
+  {
+    file: /[\\/]node_modules[\\/]fastify[\\/]lib[\\/]server\.js$/,
+    lines: "const https = require('node:https')\nconst http2 = require('node:http2')\n",
+    lazy: "const __sluiceLazy = (id) => { let m; return new Proxy({}, { get: (_, k) => (m ??= require(id))[k] }) }\n" +
+      "const https = __sluiceLazy('node:https')\nconst http2 = __sluiceLazy('node:http2')\n",
+  },
+  {
+    file: /[\\/]node_modules[\\/]undici[\\/]lib[\\/]dispatcher[\\/]client\.js$/,
+    lines: "const connectH2 = require('./client-h2.js')\n",
+    lazy: "let __sluiceH2\nconst connectH2 = (client, socket) => (__sluiceH2 ??= require('./client-h2.js'))(client, socket)\n",
+  },
+]
 /** Source files whose createRequire'd require is to be the bundle's (so esbuild bundles what they require). */
 const BUNDLED_REQUIRE = new Map([['src/net/pool.ts', 'const require = createRequire(import.meta.url)\n']])
 
@@ -134,14 +147,16 @@ const lazyUndici: Esbuild.Plugin = {
   },
 }
 
-const lazyFastifyServer: Esbuild.Plugin = {
-  name: 'sluice-lazy-fastify-server',
+const lazyRequires: Esbuild.Plugin = {
+  name: 'sluice-lazy-requires',
   setup (b) {
-    b.onLoad({ filter: LAZY_FASTIFY.file }, (a) => {
-      const text = readFileSync(a.path, 'utf8')
-      if (!text.includes(LAZY_FASTIFY.lines)) fail(`${relative(root, a.path)} no longer has the two require lines the build makes lazy`)
-      return { contents: text.replace(LAZY_FASTIFY.lines, LAZY_FASTIFY.lazy), loader: 'js' }
-    })
+    for (const edit of LAZY_REQUIRES) {
+      b.onLoad({ filter: edit.file }, (a) => {
+        const text = readFileSync(a.path, 'utf8')
+        if (!text.includes(edit.lines)) fail(`${relative(root, a.path)} no longer has the require lines the build makes lazy:\n${edit.lines}`)
+        return { contents: text.replace(edit.lines, edit.lazy), loader: 'js' }
+      })
+    }
   },
 }
 
@@ -182,7 +197,7 @@ try {
     legalComments: 'none',
     external: EXTERNAL,
     banner: { js: BANNER },
-    plugins: [ownSources, lazyUndici, lazyFastifyServer],
+    plugins: [ownSources, lazyUndici, lazyRequires],
     write: false,
     logLevel: 'warning',
   })

@@ -59,6 +59,19 @@ export interface App {
 
 const KEEP_ALIVE_MS = 30_000
 
+/** fastify's compiler factories, for a server whose routes carry no schema (see buildApp). */
+function noSchemas (): (route: { method?: string, url?: string }) => never {
+  return (route) => {
+    throw new Error(`${route.method ?? ''} ${route.url ?? ''}: sluice's routes carry no fastify schema (worker/app.ts); parse the body on the exchange path instead`)
+  }
+}
+
+/**
+ * fastify's `schemaController` option for sluice's server: no ajv, no fast-json-stringify
+ * (see buildApp). Exported for its test.
+ */
+export const NO_SCHEMAS = { compilersFactory: { buildValidator: noSchemas, buildSerializer: noSchemas } }
+
 export async function buildApp (deps: AppDeps): Promise<App> {
   // Traces: only when the OTEL_* variables configure an exporter (validated by the primary).
   const traceConfig = tracingFromEnv(process.env, deps.config.telemetry.serviceName)
@@ -89,6 +102,12 @@ export async function buildApp (deps: AppDeps): Promise<App> {
       return server
     },
     logger: false,
+    // No route has a fastify schema: a body is read and parsed by the exchange path under the
+    // parse permit (worker/exchange.ts), a reply is serialised by the route. Left default,
+    // fastify builds its ajv and fast-json-stringify compilers at creation (ajv, ajv-formats,
+    // fast-uri, ...: ~50 ms of an unbundled start under one vCPU and ~3.5 MB of heap, for
+    // nothing); a route given a schema now fails at registration, naming it.
+    schemaController: NO_SCHEMAS,
     // The gate, not the HTTP server, bounds concurrency; keep the server's own timeouts out
     // of the way of long streams, but drop idle keep-alive sockets.
     keepAliveTimeout: KEEP_ALIVE_MS,

@@ -106,5 +106,9 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
   diagnosticsChannel.subscribe('tracing:fastify.request.handler:start', () => { fastifyHandled++ })
   fastify.get('/_test/fastify-handled', async () => ({ count: fastifyHandled }))
 
+  // The Node builtins this thread has loaded (process.moduleLoadList): a test checks that the
+  // compiled worker keeps out what it never uses (node:http2, node:https, tls).
+  fastify.get('/_test/builtins', async () => ({ row: ledger.row, builtins: (process as unknown as { moduleLoadList: string[] }).moduleLoadList.filter((m) => m.startsWith('NativeModule ')).map((m) => m.slice('NativeModule '.length)) }))
+
   fastify.get('/_test/whoami', async () => ({ row: ledger.row, held: ledger.exchange.heldByMe, bytes: ledger.storage.heldByMe }))
 }

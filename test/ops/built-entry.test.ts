@@ -60,7 +60,7 @@ t.test('the build emits one bundle per thread entry, dependencies inside, and ch
   const esmHttp = files.filter((f) => /(?:from|import)\s*["']node:http["']/.test(source.get(f)!))
   t.same(esmHttp, [], 'no file imports node:http as an ES module')
   // fastify's server.js requires node:https and node:http2 at load, for options sluice never
-  // sets; the build makes both lazy (scripts/build.ts LAZY_FASTIFY), so https and tls stay out
+  // sets; the build makes both lazy (scripts/build.ts LAZY_REQUIRES), so https and tls stay out
   // of the HTTP worker. Every call naming node:https must go through that lazy proxy.
   const eagerHttps: string[] = []
   let lazyHttps = 0
@@ -138,6 +138,12 @@ t.test('the compiled gateway, no type stripping anywhere: every protocol, the si
     t.equal(res.statusCode, 200, `${path} answered`)
     t.match(got, expect, `${path}: the whole answer`)
   }
+  // The build makes the requires of what sluice never uses lazy (scripts/build.ts
+  // LAZY_REQUIRES): after serving every protocol, the worker has not loaded them.
+  const loaded = await request(`http://127.0.0.1:${gw.port}/_test/builtins`)
+  const { builtins } = await loaded.body.json() as { builtins: string[] }
+  t.ok(builtins.includes('http') && builtins.includes('net'), 'the list has teeth (node:http and node:net are loaded)')
+  t.same(builtins.filter((m) => /^(http2|https|tls|_tls_wrap|internal\/http2\/.*)$/.test(m)), [], 'an HTTP worker that served every protocol loaded no http2, https or tls')
   t.same(await waitIdle(gw), {}, 'the ledger is idle')
   t.equal(await gw.stop(), 0, 'drained and exited 0')
   t.notMatch(gw.logs.join('\n'), /ERR_UNKNOWN_FILE_EXTENSION|\.ts\b"/, 'no thread asked for a .ts file')
