@@ -60,6 +60,9 @@ try {
   await app.fastify.listen({ host: boot.config.listen.host, port: boot.config.listen.port, reusePort: true } as unknown as Parameters<typeof app.fastify.listen>[0])
   const addr = app.fastify.server.address()
   send({ type: 'listening', port: typeof addr === 'object' && addr ? addr.port : boot.config.listen.port })
+  // What the start does not need is loaded now that the worker serves: piscina, for the parser
+  // pool's first thread (src/json/pool.ts load()).
+  setImmediate(() => { app.exchange.parser.load() })
   // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts);
   // then the primary trims malloc's arenas (src/malloc-trim.ts) for what the GC freed there.
   startIdleCollector({ onCollect: () => send({ type: 'released', why: 'idle-collection' }) })

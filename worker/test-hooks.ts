@@ -85,7 +85,7 @@ export function registerTestHooks (fastify: FastifyInstance, ledger: Ledger, adm
   })
 
   // This worker's parser pool: which bodies hopped to a parser thread (limits.inWorkerParseBytes).
-  fastify.get('/_test/parser', async () => ({ row: ledger.row, ...parser.stats() }))
+  fastify.get('/_test/parser', async () => ({ row: ledger.row, ...parser.stats(), loaded: parser.loaded }))
 
   // What the exemplars hold (worker/exemplars.ts): the kept request's authorization header as
   // it is now (scrubbed), whether a provider's answer and socket are kept.

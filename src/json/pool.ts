@@ -8,7 +8,9 @@
 //               unless `idleMs` is given (the default config does): then a thread starts with
 //               the first task that needs it, or ahead of it with warm(), and is retired after
 //               `idleMs` without a task (minThreads 0), so an idle worker carries no parser
-//               thread (~13 MB RSS each, docs/benchmarks.md).
+//               thread (~13 MB RSS each, docs/benchmarks.md). Such a pool does not even load
+//               piscina at construction: load() (an HTTP worker calls it once it listens) or
+//               the first task does, so the start does not pay for it.
 //               Concurrency is bounded upstream by the ledger's parse gate (the caller holds a
 //               parse permit for the whole call), so the piscina queue stays short.
 //   retire      piscina retires an idle thread with a timer it sets when the thread goes idle.
@@ -57,8 +59,9 @@
 // it. A thread that dies with no task (nothing here does that) is counted, not thrown.
 
 import dc from 'node:diagnostics_channel'
+import { createRequire } from 'node:module'
 import { isMarkedAsUntransferable, Worker } from 'node:worker_threads'
-import { Piscina } from 'piscina'
+import type { Piscina } from 'piscina'
 import { SluiceError, isErrorCode } from '../errors.ts'
 import { moduleUrl } from '../modules.ts'
 import type { AnswerResult, AnswerTask } from './answer.ts'
@@ -101,6 +104,14 @@ export interface ParserPoolStats {
 
 const TASK_FILE = moduleUrl('./task.ts', import.meta.url).href
 
+/**
+ * piscina, required on first use: an on-demand pool (the default) starts no thread until its
+ * first task, so an HTTP worker need not load piscina (~15 CJS files, perf_hooks, async_hooks:
+ * ~25-30 ms of its start under one vCPU) before it listens. load() brings it in after.
+ */
+let piscinaClass: typeof Piscina | null = null
+const requirePiscina = (): typeof Piscina => (piscinaClass ??= (createRequire(import.meta.url)('piscina') as typeof import('piscina')).Piscina)
+
 interface Tracked {
   exited: Promise<void>
   onExit: () => void
@@ -108,8 +119,12 @@ interface Tracked {
   failed: boolean
 }
 
+type PiscinaOptions = NonNullable<ConstructorParameters<typeof Piscina>[0]>
+
 export class ParserPool {
-  readonly #piscina: Piscina<ParserTask, PrepareResult | AnswerResult>
+  /** Created at construction for an always-warm pool, else by load() or the first task. */
+  #piscina: Piscina<ParserTask, PrepareResult | AnswerResult> | null = null
+  readonly #piscinaOptions: PiscinaOptions
   /** Every thread of this pool from its creation until its 'exit' has been observed. */
   readonly #threads = new Map<Worker, Tracked>()
   readonly #onWorker = (message: unknown): void => { this.#track((message as { worker: Worker }).worker) }
@@ -138,25 +153,51 @@ export class ParserPool {
     }
     this.#onDemand = idleMs > 0
     const execArgv = givenArgv ?? parserExecArgv() // its probe is a `new Worker` too: before the subscription
+    this.#piscinaOptions = {
+      filename,
+      minThreads: idleMs > 0 ? 0 : threads,
+      maxThreads: threads,
+      idleTimeout: idleMs > 0 ? idleMs : Infinity,
+      resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
+      execArgv,
+    }
+    // An always-warm pool starts its threads now; an on-demand one has nothing to start.
+    if (!this.#onDemand) this.#pool()
+  }
+
+  /** The piscina pool, created (and subscribed to) on first use. */
+  #pool (): Piscina<ParserTask, PrepareResult | AnswerResult> {
+    if (this.#piscina !== null) return this.#piscina
+    if (this.#closing !== null) throw new SluiceError('shutting_down', { pool: 'parser' })
+    const PiscinaClass = requirePiscina()
     // Subscribe before the first `new Worker` (piscina starts minThreads in its constructor).
     dc.subscribe('worker_threads', this.#onWorker)
+    let pool: Piscina<ParserTask, PrepareResult | AnswerResult>
     try {
-      this.#piscina = new Piscina({
-        filename,
-        minThreads: idleMs > 0 ? 0 : threads,
-        maxThreads: threads,
-        idleTimeout: idleMs > 0 ? idleMs : Infinity,
-        resourceLimits: { maxOldGenerationSizeMb: heapMb, maxYoungGenerationSizeMb: youngGenMb },
-        execArgv,
-      })
+      pool = new PiscinaClass(this.#piscinaOptions)
     } catch (err) {
       dc.unsubscribe('worker_threads', this.#onWorker)
       throw err
     }
     // Piscina emits 'error' when a thread with no task fails; without a listener that would
     // throw in this (HTTP worker) thread. The thread is replaced and counted in threadsLost.
-    this.#piscina.on('error', () => {})
+    pool.on('error', () => {})
+    this.#piscina = pool
+    return pool
   }
+
+  /**
+   * Load piscina and create the pool now, without starting a thread, so that the first task
+   * does not pay for it: an HTTP worker calls this once it listens. A no-op once created or
+   * closing; a failure to load is left for the first task to report.
+   */
+  load (): void {
+    if (this.#piscina !== null || this.#closing !== null) return
+    try { this.#pool() } catch {}
+  }
+
+  /** Whether piscina's pool exists yet (tests). */
+  get loaded (): boolean { return this.#piscina !== null }
 
   /**
    * On-demand pools (idleMs > 0): when no thread is running, start one now, in the background,
@@ -181,9 +222,9 @@ export class ParserPool {
     const settled = (): void => { this.#inFlight--; this.#armRetireCheck() }
     let p: Promise<PrepareResult | AnswerResult>
     // piscina starts a thread inside run(): a `new Worker` that throws (ERR_WORKER_INVALID_EXEC_ARGV)
-    // throws out of run() itself. A rejection like any other failure, so callers map it (and
+    // throws out of run() itself (and the first task may be the one that loads piscina). A rejection like any other failure, so callers map it (and
     // warm(), which runs in the middle of an exchange, never throws).
-    try { p = this.#piscina.run(task, options) } catch (err) { p = Promise.reject(err) }
+    try { p = this.#pool().run(task, options) } catch (err) { p = Promise.reject(err) }
     p.then(settled, settled)
     return p
   }
@@ -193,7 +234,7 @@ export class ParserPool {
     if (this.#retireCheck !== null) clearTimeout(this.#retireCheck)
     this.#retireCheck = setTimeout(() => {
       this.#retireCheck = null
-      if (this.#inFlight > 0 || this.#closing !== null || this.#piscina.threads.length === 0) return
+      if (this.#inFlight > 0 || this.#closing !== null || (this.#piscina?.threads.length ?? 0) === 0) return
       this.#retireNudges++
       this.#task({ kind: 'warm' }).catch(() => {})
     }, 2 * this.#idleMs)
@@ -265,7 +306,7 @@ export class ParserPool {
       threadsAlive: this.#threads.size,
       threadsLost: this.#lost,
       threadsRetired: this.#retired,
-      queued: this.#piscina.queueSize,
+      queued: this.#piscina?.queueSize ?? 0,
       completed: this.#completed,
       failed: this.#failed,
       retireNudges: this.#retireNudges,
@@ -276,6 +317,7 @@ export class ParserPool {
   close (): Promise<void> {
     if (this.#retireCheck !== null) { clearTimeout(this.#retireCheck); this.#retireCheck = null }
     this.#closing ??= (async () => {
+      if (this.#piscina === null) return
       await this.#piscina.close()
       await Promise.all([...this.#threads.values()].map((t) => t.exited))
       dc.unsubscribe('worker_threads', this.#onWorker)
@@ -314,7 +356,7 @@ export class ParserPool {
 
   /** The threads piscina has let go of whose exit has not been observed yet. */
   #departed (): Tracked[] {
-    const current = new Set(this.#piscina.threads)
+    const current = new Set(this.#piscina?.threads)
     const out: Tracked[] = []
     for (const [worker, t] of this.#threads) if (!current.has(worker)) out.push(t)
     return out

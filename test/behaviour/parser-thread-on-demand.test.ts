@@ -13,7 +13,7 @@ import { KEY, chatBody, startRig, type Rig } from '../helpers/exchange.ts'
 import { waitIdle } from '../helpers/gateway.ts'
 import { loadConfig } from '../../src/config/load.ts'
 
-interface PoolStats { threadsAlive: number, threadsRetired: number, threadsLost: number, completed: number, failed: number }
+interface PoolStats { loaded: boolean, threadsAlive: number, threadsRetired: number, threadsLost: number, completed: number, failed: number }
 
 let rig: Rig
 t.before(async () => {
@@ -52,6 +52,8 @@ t.test('on by default', async (t) => {
 
 t.test('no parser thread at idle; small streams start none; a JSON answer starts one; retired when idle; a large body after works', async (t) => {
   t.match(await stats(), { threadsAlive: 0 }, 'an idle worker carries no parser thread')
+  // piscina itself is loaded once the worker listens (ParserPool.load), not during its start.
+  await until('piscina loaded after listening', (s) => s.loaded)
 
   // Small streaming exchanges: parsed in the worker, nothing for the pool, no thread started.
   for (let i = 0; i < 3; i++) {

@@ -302,6 +302,44 @@ t.test('on demand (idleMs): no thread until a task needs one, retired when idle 
   t.equal(pool.stats().threadsAlive, 1)
 })
 
+t.test('on demand: piscina is created by load() or the first task, not at construction; close() before either creates none', async (t) => {
+  const watch = watchThreads()
+  t.teardown(watch.stop)
+  const lazy = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 150 })
+  t.teardown(() => lazy.close())
+  t.equal(lazy.loaded, false, 'not created at construction')
+  t.match(lazy.stats(), { threadsAlive: 0, queued: 0 }, 'its stats read without a pool')
+  lazy.load()
+  t.equal(lazy.loaded, true, 'load() creates it')
+  t.equal(watch.created.length, 0, 'and starts no thread')
+  lazy.load()
+  t.equal(watch.created.length, 0, 'a second load() is a no-op')
+  const a = await lazy.prepare(task(enc.encode('{"model":"a"}')))
+  t.ok(a.ok && a.model === 'a', 'the first task runs')
+  t.equal(watch.created.length, 1, 'on the thread it started')
+
+  const first = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 150 })
+  t.teardown(() => first.close())
+  const b = await first.prepare(task(enc.encode('{"model":"b"}')))
+  t.ok(b.ok && b.model === 'b' && first.loaded, 'without load(), the first task creates it')
+  t.equal(watch.created.length, 2)
+
+  const never = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4, idleMs: 150 })
+  await never.close()
+  t.equal(never.loaded, false, 'close() before any use creates no pool')
+  never.load()
+  t.equal(never.loaded, false, 'nor does load() after close()')
+  await t.rejects(never.prepare(task(enc.encode('{"model":"c"}'))), { code: 'shutting_down' })
+  t.same(await never.warm(), undefined, 'warm() after close() starts nothing')
+  t.equal(watch.created.length, 2, 'no thread for the closed pool')
+
+  const warm = new ParserPool({ threads: 1, heapMb: 16, youngGenMb: 4 })
+  t.teardown(() => warm.close())
+  t.equal(warm.loaded, true, 'an always-warm pool is created at construction')
+  for (let i = 0; i < 100 && watch.created.length < 3; i++) await new Promise((r) => setTimeout(r, 10))
+  t.equal(watch.created.length, 3, 'with its thread started')
+})
+
 t.test('on demand: an idle thread is retired even when piscina loses its idle timer (warm() then a quick task, again and again)', async (t) => {
   // piscina 5.3 clears a worker's idle timer in a microtask queued when a task is posted; a
   // task queued behind the warm-up and done in the same turn as it gets its timer set, then
