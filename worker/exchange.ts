@@ -367,7 +367,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
     // The record is written once everything is actually released (upstream closed too), so
     // releaseMs and the trace's end are the real release. A release that never comes (a bug)
     // still gets its line, with releaseMs null.
-    if (released) {
+    if (released && !scope.isReleased) {
       let timer: ReturnType<typeof setTimeout> | undefined
       await Promise.race([released, new Promise((resolve) => { timer = setTimeout(resolve, RELEASE_LOG_WAIT_MS).unref() })])
       clearTimeout(timer) // not one 30 s timer left behind per exchange
