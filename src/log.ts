@@ -260,6 +260,27 @@ export function lineWriter (logger: Logger, msg: string): (rec: object) => void 
 }
 
 /** `instanceId` (the config's) goes on every line, so one session can be followed across a fleet. */
+/**
+ * The ISO 8601 UTC form of `ms` (what `new Date(ms).toISOString()` gives, for the years 0-9999):
+ * the part up to the second is formatted once per second and kept, the milliseconds appended.
+ * Every exchange writes a log line, and a cold `toISOString` measured ~7.6 µs of its ~73 µs
+ * record in the HTTP worker at 96 streams.
+ */
+let isoSecond = Number.NaN
+let isoPrefix = ''
+export function isoAt (ms: number): string {
+  const second = Math.floor(ms / 1000)
+  if (second !== isoSecond) {
+    isoPrefix = new Date(second * 1000).toISOString().slice(0, 20) // 'YYYY-MM-DDTHH:MM:SS.'
+    isoSecond = second
+  }
+  const m = ms - second * 1000
+  return isoPrefix + (m < 10 ? '00' : m < 100 ? '0' : '') + m + 'Z'
+}
+
+/** pino's `timestamp` option: the line's `"time"` field, as pino.stdTimeFunctions.isoTime writes it. */
+export const isoTime = (): string => `,"time":"${isoAt(Date.now())}"`
+
 export function createLogger (level: string, destination?: pino.DestinationStream, instanceId?: string): Logger {
   const opts: pino.LoggerOptions = {
     level,
@@ -274,7 +295,7 @@ export function createLogger (level: string, destination?: pino.DestinationStrea
     serializers: { err: (err: unknown) => forLog(pino.stdSerializers.err(err as Error)) },
     // The message string and anything else a formatter did not see: the whole line is capped.
     hooks: { streamWrite: capLine },
-    timestamp: pino.stdTimeFunctions.isoTime,
+    timestamp: isoTime,
   }
   const logger = pino(opts, destination ?? stdoutDestination())
   // pino applies formatters.bindings to the root's own bindings only: a child's bindings are

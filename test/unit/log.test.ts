@@ -3,7 +3,7 @@
 
 import t from 'tap'
 import type pino from 'pino'
-import { CENSOR, FIELD_MAX_CHARS, LINE_MAX_BYTES, capLine, createLogger, lineWriter, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets, truncate } from '../../src/log.ts'
+import { CENSOR, FIELD_MAX_CHARS, LINE_MAX_BYTES, capLine, createLogger, isoAt, isoTime, lineWriter, REDACT_PATHS, SECRET_HEADERS, SECRET_KEYS, scrubSecrets, truncate } from '../../src/log.ts'
 
 const SECRET = 'sk-live-0123456789-do-not-log'
 
@@ -240,4 +240,21 @@ t.test('lineWriter writes, byte for byte, the line logger.info(rec, msg) writes'
   q.level = 'info'
   lineWriter(q, 'exchange')(base)
   t.equal(quiet.length, 1, 'written once the level allows it')
+})
+
+t.test('isoAt is toISOString: across second boundaries, going back in time, before 1970, at random', async (t) => {
+  const times: number[] = []
+  for (let ms = 1_764_000_000_990; ms < 1_764_000_001_015; ms++) times.push(ms) // across a second
+  times.push(1_764_000_001_500, 1_764_000_000_001, 1_764_000_001_002) // back, then forward again
+  times.push(0, 1, 999, 1000, -1, -999, -1000, -1001, -86_400_001) // the epoch, and before it
+  for (let i = 0; i < 5000; i++) times.push(Math.floor(Math.random() * 4_102_444_800_000)) // 1970-2100
+  const wrong = times.filter((ms) => isoAt(ms) !== new Date(ms).toISOString())
+  t.same(wrong.map((ms) => [ms, isoAt(ms), new Date(ms).toISOString()]), [], 'every time formats as toISOString does')
+  const before = Date.now()
+  const field = isoTime()
+  const after = Date.now()
+  const m = /^,"time":"(.+)"$/.exec(field)
+  t.ok(m !== null, 'the field pino.stdTimeFunctions.isoTime writes, in its form')
+  const at = Date.parse(m![1])
+  t.ok(at >= before && at <= after, 'and now')
 })
