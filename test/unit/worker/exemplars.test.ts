@@ -4,7 +4,7 @@
 import t from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { connect, type AddressInfo } from 'node:net'
-import { Exemplars, scrubRequest } from '../../../worker/exemplars.ts'
+import { Exemplars, distinctSymbolsFound, scrubRequest } from '../../../worker/exemplars.ts'
 import { collectGarbage } from '../../../src/idle-gc.ts'
 
 /** One real request through node:http with these raw header lines; resolves with its req/res once the response has closed. */
@@ -36,6 +36,31 @@ t.test('credential headers are overwritten in headers, rawHeaders and headersDis
   t.same(req.rawHeaders.filter((_, i) => i % 2 === 0).slice(3, 5), ['Authorization', 'X-Api-Key'])
   t.same(req.headersDistinct.authorization, ['[redacted]'], 'the cached distinct form too')
   t.notMatch(JSON.stringify([req.headers, req.rawHeaders, req.headersDistinct]), /sk-/)
+})
+
+t.test('trailers: a chunked request\'s credential trailers are overwritten in all their forms; found by the cached symbols', async (t) => {
+  t.ok(distinctSymbolsFound, 'this Node caches headersDistinct / trailersDistinct under symbols found once')
+  let got: IncomingMessage | null = null
+  const server = createServer((req, res) => {
+    got = req
+    req.resume()
+    req.on('end', () => { void req.trailersDistinct; res.end('ok') })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  const sock = connect(port, '127.0.0.1')
+  sock.end(['POST / HTTP/1.1', 'host: x', 'connection: close', 'transfer-encoding: chunked', 'authorization: Bearer sk-head', '', '2', 'hi', '0', 'X-Api-Key: sk-trailer', 'X-Fine: ok', '', ''].join('\r\n'))
+  sock.resume()
+  await new Promise((resolve) => sock.once('close', resolve))
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  const req = got! as IncomingMessage
+  t.equal(req.trailers['x-api-key'], 'sk-trailer', 'as received')
+  scrubRequest(req)
+  t.equal(req.trailers['x-api-key'], '[redacted]')
+  t.equal(req.trailers['x-fine'], 'ok', 'other trailers untouched')
+  t.same(req.rawTrailers, ['X-Api-Key', '[redacted]', 'X-Fine', 'ok'])
+  t.same(req.trailersDistinct['x-api-key'], ['[redacted]'], 'the cached distinct form too')
+  t.notMatch(JSON.stringify([req.headers, req.rawHeaders, req.trailers, req.rawTrailers, req.trailersDistinct]), /sk-/)
 })
 
 t.test('the provider answer is kept with its credential headers scrubbed; a refused exchange keeps the last answer', async (t) => {
