@@ -65,7 +65,7 @@ try {
   setImmediate(() => { app.exchange.parser.load() })
   // Once idle after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts);
   // then the primary trims malloc's arenas (src/malloc-trim.ts) for what the GC freed there.
-  startIdleCollector({ onCollect: () => send({ type: 'released', why: 'idle-collection' }) })
+  startIdleCollector({ inFlight: () => ledger.exchange.heldByMe > 0, onCollect: () => send({ type: 'released', why: 'idle-collection' }) })
 } catch (err) {
   send({ type: 'fatal', error: (err as Error).message })
   process.exit(1)

@@ -10,6 +10,29 @@ t.test('one collection per idle period, only after the thread was busy', async (
     'idle after start-up: collect; stays idle: not again; busy then idle: once more; 0.02 is busy')
 })
 
+t.test('a window with work in flight is not idle, whatever its utilisation, and makes the thread dirty', async (t) => {
+  const d = new IdleDecider(0.02)
+  t.same([[0.001, true], [0.001, true], [0.001, false], [0.001, false], [0.001, true], [0.0, false]].map(([u, f]) => d.tick(u as number, f as boolean)),
+    [false, false, true, false, false, true],
+    'in flight: no collection; the first idle window after it collects; in flight again, then idle: once more')
+})
+
+t.test('the collector asks inFlight at every window: while it says yes, nothing is collected', async (t) => {
+  const keepAlive = setInterval(() => {}, 1000)
+  let asked = 0
+  let collected = 0
+  let inFlight = true
+  const stop = startIdleCollector({ everyMs: 10, idleBelow: 1.01, inFlight: () => { asked++; return inFlight }, onCollect: () => { collected++ } })
+  for (let i = 0; i < 200 && asked < 8; i++) await new Promise((r) => setTimeout(r, 10))
+  t.ok(asked >= 8, `asked at every window (${asked})`)
+  t.equal(collected, 0, 'no collection while work is in flight')
+  inFlight = false
+  for (let i = 0; i < 300 && collected === 0; i++) await new Promise((r) => setTimeout(r, 10))
+  stop()
+  clearInterval(keepAlive)
+  t.equal(collected, 1, 'one collection once nothing is in flight')
+})
+
 t.test('a real collection through the in-process inspector', async (t) => {
   let junk: unknown[] | null = Array.from({ length: 200_000 }, (_, i) => ({ i, s: 'x'.repeat(8) }))
   t.ok(junk.length > 0)
