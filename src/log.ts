@@ -259,7 +259,6 @@ export function lineWriter (logger: Logger, msg: string): (rec: object) => void 
   }
 }
 
-/** `instanceId` (the config's) goes on every line, so one session can be followed across a fleet. */
 /**
  * The ISO 8601 UTC form of `ms` (what `new Date(ms).toISOString()` gives, for the years 0-9999):
  * the part up to the second is formatted once per second and kept, the milliseconds appended.
@@ -281,6 +280,7 @@ export function isoAt (ms: number): string {
 /** pino's `timestamp` option: the line's `"time"` field, as pino.stdTimeFunctions.isoTime writes it. */
 export const isoTime = (): string => `,"time":"${isoAt(Date.now())}"`
 
+/** `instanceId` (the config's) goes on every line, so one session can be followed across a fleet. */
 export function createLogger (level: string, destination?: pino.DestinationStream, instanceId?: string): Logger {
   const opts: pino.LoggerOptions = {
     level,

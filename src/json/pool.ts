@@ -222,8 +222,9 @@ export class ParserPool {
     const settled = (): void => { this.#inFlight--; this.#armRetireCheck() }
     let p: Promise<PrepareResult | AnswerResult>
     // piscina starts a thread inside run(): a `new Worker` that throws (ERR_WORKER_INVALID_EXEC_ARGV)
-    // throws out of run() itself (and the first task may be the one that loads piscina). A rejection like any other failure, so callers map it (and
-    // warm(), which runs in the middle of an exchange, never throws).
+    // throws out of run() itself, and the first task may be the one that loads piscina. A
+    // rejection like any other failure, so callers map it (and warm(), which runs in the middle
+    // of an exchange, never throws).
     try { p = this.#pool().run(task, options) } catch (err) { p = Promise.reject(err) }
     p.then(settled, settled)
     return p
