@@ -52,3 +52,23 @@ t.test('a real collection through the in-process inspector', async (t) => {
   obs.disconnect()
   t.ok(majors.length >= 1, `a major collection ran (${majors.length})`)
 })
+
+t.test('the collection\'s own time does not make the next window busy: one collection per idle period', async (t) => {
+  // A stand-in for a full GC's cost on the thread: 40 ms of this thread's time, in windows of
+  // 25 ms whose threshold is 30 %. Counted in the next window, it would make that window busy,
+  // the thread dirty, and the one after it would collect again.
+  let collected = 0
+  const keepAlive = setInterval(() => {}, 1000)
+  const stop = startIdleCollector({
+    everyMs: 25,
+    idleBelow: 0.3,
+    collect: async () => { const end = performance.now() + 40; while (performance.now() < end); },
+    onCollect: () => { collected++ },
+  })
+  for (let i = 0; i < 100 && collected === 0; i++) await new Promise((r) => setTimeout(r, 10))
+  t.equal(collected, 1, 'the first idle window collects')
+  await new Promise((r) => setTimeout(r, 400)) // ~16 more windows, all idle
+  stop()
+  clearInterval(keepAlive)
+  t.equal(collected, 1, 'and no window after it does')
+})
