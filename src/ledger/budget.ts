@@ -70,19 +70,33 @@ export class ByteBudget {
 
   /** Like reserve(), but returns false instead of throwing when it does not fit now. */
   tryReserve (n: number): boolean {
+    return this.#take(n, true)
+  }
+
+  /**
+   * Reserves n bytes when they fit now, else returns false; neither way is it a refusal (not
+   * counted, never thrown). For a reservation asked larger than what is needed now (a step
+   * ahead, worker/scope.ts setFloating), whose caller then asks for the exact need instead.
+   */
+  tryReserveAhead (n: number): boolean {
+    return this.#take(n, false)
+  }
+
+  #take (n: number, refusal: boolean): boolean {
     if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`byte reservation must be a non-negative integer, got ${n}`)
     if (n === 0) return true
     const { i64, base, core } = this
     const big = BigInt(n)
     const limit = Atomics.load(i64, base + B_LIMIT)
     if (big > limit) {
+      if (!refusal) return false
       Atomics.add(i64, base + B_REFUSED, 1n)
       throw new SluiceError('storage_request_too_large', { limit: Number(limit), requested: n })
     }
     core.lock()
     const reserved = Atomics.load(i64, base + B_RESERVED) + big
     if (reserved > limit) {
-      Atomics.add(i64, base + B_REFUSED, 1n)
+      if (refusal) Atomics.add(i64, base + B_REFUSED, 1n)
       core.unlock()
       return false
     }

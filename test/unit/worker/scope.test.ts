@@ -11,7 +11,7 @@ import { RG_INSPECTOR_BYTES, RG_PENDING_BYTES } from '../../../src/ledger/layout
 import { rng } from '../../stress/harness.ts'
 import { assertIdle, idleProblems, makeLedger, outcome, turn } from '../ledger/helpers.ts'
 import { enterLane } from '../../../worker/lane-ticket.ts'
-import { ALL_PARTIES, ExchangeScope, type LaneHold, type Party } from '../../../worker/scope.ts'
+import { ALL_PARTIES, ExchangeScope, FLOATING_SPARE_MAX, FLOATING_STEP, type LaneHold, type Party } from '../../../worker/scope.ts'
 import { TurnPins } from '../../../worker/turns.ts'
 import { KEY_NAME, permutations, turnsTaken, unitConfig } from './helpers.ts'
 
@@ -186,6 +186,59 @@ t.test('reserve past the budget throws storage_budget_exhausted and takes nothin
   assertIdle(t, r.ledger)
 })
 
+t.test('the floating reservation moves in steps; the gauges stay exact', async (t) => {
+  const ledger = makeLedger({ maxActive: 8, storageBytes: 1024 * 1024, laneEntries: 64 })
+  const scope = new ExchangeScope(ledger)
+  const at = (inspector: number, pending: number): [number, number, number, number] => {
+    scope.setFloating(inspector, pending)
+    const g = ledger.gauges()
+    return [scope.floatingBytes, ledger.snapshot().storage.reserved, g[RG_INSPECTOR_BYTES], g[RG_PENDING_BYTES]]
+  }
+  t.same(at(0, 100), [FLOATING_STEP, FLOATING_STEP, 0, 100], 'a small need reserves one step')
+  t.same(at(20, 280), [FLOATING_STEP, FLOATING_STEP, 20, 280], 'a need within the step moves nothing in the budget')
+  t.same(at(0, FLOATING_STEP + 1), [2 * FLOATING_STEP, 2 * FLOATING_STEP, 0, FLOATING_STEP + 1], 'past it: the next step')
+  t.same(at(0, 100), [2 * FLOATING_STEP, 2 * FLOATING_STEP, 0, 100], 'less than two steps below: kept')
+  t.same(at(0, 5 * FLOATING_STEP), [5 * FLOATING_STEP, 5 * FLOATING_STEP, 0, 5 * FLOATING_STEP], 'an exact multiple is not rounded up')
+  t.same(at(0, 3 * FLOATING_STEP + 1), [5 * FLOATING_STEP, 5 * FLOATING_STEP, 0, 3 * FLOATING_STEP + 1], 'less than two steps below: still kept')
+  t.same(at(0, 2 * FLOATING_STEP + 1), [3 * FLOATING_STEP, 3 * FLOATING_STEP, 0, 2 * FLOATING_STEP + 1], 'two steps below or more: shrunk to the need, rounded up')
+  t.same(at(0, 0), [0, 0, 0, 0], 'no need: nothing held')
+  t.equal(ledger.snapshot().storage.refused, 0)
+  scope.discard()
+  assertIdle(t, ledger)
+})
+
+t.test('a floating step that does not fit is no refusal: the exact need is reserved, and only its refusal counts', async (t) => {
+  const ledger = makeLedger({ maxActive: 8, storageBytes: 10_000, laneEntries: 64 })
+  const scope = new ExchangeScope(ledger)
+  scope.reserve(5_000)
+  scope.setFloating(0, 100)
+  t.equal(scope.floatingBytes, FLOATING_STEP, 'a step fits')
+  scope.setFloating(0, 4_500)
+  t.equal(scope.floatingBytes, 4_500, 'the next step does not fit (13,192 > 10,000): the exact need instead')
+  t.equal(ledger.snapshot().storage.reserved, 9_500)
+  t.equal(ledger.snapshot().storage.refused, 0, 'nothing refused')
+  const err = t.throws(() => scope.setFloating(0, 5_200)) as unknown
+  t.ok(err instanceof SluiceError && err.code === 'storage_budget_exhausted', 'a need that does not fit exactly either is refused')
+  t.same([scope.floatingBytes, ledger.snapshot().storage.reserved, ledger.snapshot().storage.refused], [4_500, 9_500, 1], 'unchanged by the refusal, and counted once')
+  scope.setFloating(0, 4_000)
+  t.equal(scope.floatingBytes, 4_500, 'within two steps: kept as it is')
+  t.ok(FLOATING_SPARE_MAX < 2 * FLOATING_STEP)
+  scope.discard()
+  assertIdle(t, ledger)
+})
+
+t.test('a budget smaller than a step: every floating reservation is exact', async (t) => {
+  const ledger = makeLedger({ maxActive: 8, storageBytes: 1_000, laneEntries: 64 })
+  const scope = new ExchangeScope(ledger)
+  scope.setFloating(10, 20)
+  t.same([scope.floatingBytes, ledger.snapshot().storage.reserved, ledger.snapshot().storage.refused], [30, 30, 0])
+  const err = t.throws(() => scope.setFloating(0, 1_001)) as unknown
+  t.ok(err instanceof SluiceError && err.code === 'storage_budget_exhausted', 'a growth that does not fit: the refusal it always was')
+  t.same([scope.floatingBytes, ledger.snapshot().storage.reserved, ledger.snapshot().storage.refused], [30, 30, 1])
+  scope.discard()
+  assertIdle(t, ledger)
+})
+
 t.test('discard gives the turn back and releases everything, whatever was settled', async (t) => {
   for (const before of [[], ['processing'], ['http', 'upstream']] as Party[][]) {
     const r = rig()
@@ -329,11 +382,15 @@ t.test('settleOnClose binds http to the stream closing (or to it having closed)'
   assertIdle(t, r.ledger)
 })
 
-t.test('random interleavings over many scopes (seeded) keep the books and end idle', async (t) => {
-  const seed = 0x5c09e
+// Two budgets: one smaller than a floating step (every floating reservation is exact), one
+// where steps fit until the budget nears full (steps, their shrinking, the exact fallback).
+for (const { seed, storageBytes, maxReserve, maxFloat } of [
+  { seed: 0x5c09e, storageBytes: 4_000, maxReserve: 300, maxFloat: 200 },
+  { seed: 0xf10a7, storageBytes: 60_000, maxReserve: 4_000, maxFloat: 12_000 },
+]) t.test(`random interleavings over many scopes (seeded) keep the books and end idle (budget ${storageBytes})`, async (t) => {
   const rand = rng(seed)
   const pick = (n: number): number => Math.floor(rand() * n)
-  const ledger = makeLedger({ maxActive: 8, storageBytes: 4_000, laneEntries: 64 })
+  const ledger = makeLedger({ maxActive: 8, storageBytes, laneEntries: 64 })
   const pins = new TurnPins(ledger)
   interface Live { scope: ExchangeScope; run: string; turnBack: boolean; discarded: boolean; lane: boolean; released: number; floating: number }
   const live: Live[] = []
@@ -378,10 +435,29 @@ t.test('random interleavings over many scopes (seeded) keep the books and end id
     const op = pick(9)
     lastOp = `${op} on ${l.run}`
     switch (op) {
-      case 0: { const n = 1 + pick(300); try { s.reserve(n) } catch (err) { t.equal(SluiceError.from(err).code, 'storage_budget_exhausted') } break }
-      case 1: s.tryReserve(1 + pick(300)); break
-      case 2: { const free = s.heldBytes - l.floating; if (free > 0) s.unreserve(1 + pick(free)); t.throws(() => s.unreserve(s.heldBytes - l.floating + 1), /unreserve/); break }
-      case 3: try { const a = pick(200); const b = pick(200); s.setFloating(a, b); l.floating = a + b } catch (err) { t.equal(SluiceError.from(err).code, 'storage_budget_exhausted') } break
+      case 0: { const n = 1 + pick(maxReserve); try { s.reserve(n) } catch (err) { t.equal(SluiceError.from(err).code, 'storage_budget_exhausted') } break }
+      case 1: s.tryReserve(1 + pick(maxReserve)); break
+      case 2: { const free = s.heldBytes - s.floatingBytes; if (free > 0) s.unreserve(1 + pick(free)); t.throws(() => s.unreserve(s.heldBytes - s.floatingBytes + 1), /unreserve/); break }
+      case 3: {
+        const a = pick(maxFloat); const b = pick(rand() < 0.2 ? 1 : maxFloat)
+        const refusedBefore = ledger.snapshot().storage.refused
+        try {
+          s.setFloating(a, b)
+          l.floating = a + b
+          // The reservation covers the need, and holds at most FLOATING_SPARE_MAX more (0 when the need is 0).
+          if (s.floatingBytes < a + b || s.floatingBytes - (a + b) > FLOATING_SPARE_MAX || (a + b === 0 && s.floatingBytes !== 0)) {
+            t.fail(`step ${step}: floating ${s.floatingBytes} for a need of ${a + b}`)
+          }
+          // A step that did not fit is no refusal: only a refused exact need counts.
+          if (ledger.snapshot().storage.refused !== refusedBefore) t.fail(`step ${step}: a refusal counted for a floating growth that was granted`)
+        } catch (err) {
+          t.equal(SluiceError.from(err).code, 'storage_budget_exhausted')
+          // Refused only when the exact growth does not fit either.
+          const s2 = ledger.snapshot().storage
+          if (s2.limit - s2.reserved >= a + b - s.floatingBytes) t.fail(`step ${step}: refused a growth of ${a + b - s.floatingBytes} with ${s2.limit - s2.reserved} free`)
+        }
+        break
+      }
       case 4: s.releaseLane(); l.lane = false; break
       case 5: if (!l.turnBack && rand() < 0.3) { s.giveBackTurn(); l.turnBack = true } break
       case 6: {
