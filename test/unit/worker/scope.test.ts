@@ -205,6 +205,9 @@ t.test('the floating reservation moves in steps; the gauges stay exact', async (
   t.equal(ledger.snapshot().storage.refused, 0)
   scope.discard()
   assertIdle(t, ledger)
+  t.throws(() => scope.setFloating(5, 0), /after the release/, 'no growth after the release, even where a step would fit')
+  scope.setFloating(0, 0)
+  assertIdle(t, ledger)
 })
 
 t.test('a floating step that does not fit is no refusal: the exact need is reserved, and only its refusal counts', async (t) => {
