@@ -4,11 +4,12 @@
 // Every target is started side by side, each pinned to core 0 (the sim and this load on core 1),
 // and warmed up; then the load goes to one target at a time, in blocks of BLOCK exchanges at C
 // concurrent streams, the targets' order reversed every other round. Each block's CPU per
-// exchange is the target's whole process (every thread's schedstat) over that block, so a host
-// that slows down for a while slows every target's blocks alike, and the paired ratio of each
-// block to the first target's block of the same round cancels most of it. Figures reported:
-// the median per-block CPU per exchange and user time, and the median (and range) of the paired
-// ratios to the first target.
+// exchange is the target's whole process over that block (every thread's schedstat, thread by
+// thread: exchange-os's cpuMsSince), so a host that slows down for a while slows every target's
+// blocks alike, and the paired ratio of each block to the first target's block of the same
+// round cancels most of it. Figures reported:
+// the median per-block CPU per exchange, and the median (and range) of the paired ratios to the
+// first target.
 //
 //   node native-bench/cpu-ab.ts 'old:/path/to/old/dist/bin/sluice.js|new:dist/bin/sluice.js|pass:pass'
 //
@@ -25,14 +26,14 @@
 // is then part of what is measured). Measured on this kind of host: two targets of the same
 // build differed by up to 25 % when one of them had collected after the warm-up.
 
-import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent } from 'undici'
 import { NODE_FLAGS } from '../src/node-flags.ts'
+import { cpuMsSince, launchChild, stopChild, threadCpuNs, type Child } from './exchange-os.ts'
 
 const C = Number(process.env.C ?? 96)
 const BLOCK = Number(process.env.BLOCK ?? 480)
@@ -46,30 +47,26 @@ const KEY = 'sk-cpu-ab'
 const NODE = process.execPath
 const tmp = mkdtempSync(join(tmpdir(), 'sluice-cpu-ab-'))
 
-const children: ChildProcess[] = []
+const children: Child[] = []
 process.on('exit', () => {
-  for (const c of children) { try { c.kill('SIGKILL') } catch {} }
+  for (const c of children) { if (!c.gone) c.proc.kill('SIGKILL') }
   rmSync(tmp, { recursive: true, force: true })
 })
 
-/** Starts a child; resolves with the first stdout line that matches. */
-function launch (args: string[], env: NodeJS.ProcessEnv, match: RegExp): Promise<{ child: ChildProcess; line: string }> {
-  const child = spawn('taskset', args, { stdio: ['pipe', 'pipe', 'inherit'], env })
+/** Starts `argv` under taskset on `cpu`; resolves with its first stdout line that matches. */
+async function launch (name: string, cpu: string, argv: string[], env: NodeJS.ProcessEnv, match: RegExp): Promise<{ child: Child; line: string }> {
+  let seen!: (line: string) => void
+  const line = new Promise<string>((resolve) => { seen = resolve })
+  const child = launchChild(name, ['taskset', ['-c', cpu, ...argv]], (l) => { if (!match.test(l)) return false; seen(l); return true }, { env })
   children.push(child)
-  let buf = ''
-  return new Promise((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      buf += String(d)
-      const m = buf.match(match)
-      if (m) { resolve({ child, line: m[0] }); buf = '' }
-    })
-    child.once('exit', (code) => reject(new Error(`${args.join(' ')} exited (${code})`)))
-  })
+  const got = await Promise.race([line, child.exited.then(() => null)])
+  if (got === null) throw new Error(`${name} exited before it was ready:\n${child.tail}`)
+  return { child, line: got }
 }
 
-interface Target { name: string; pid: number; port: number; cpu: number[]; user: number[] }
+interface Target { name: string; child: Child; port: number; cpu: number[] }
 
-const { line: simLine } = await launch(['-c', '1', NODE, join(HERE, 'exchange-sim.ts')], process.env, /^\{"url".*$/m)
+const { line: simLine } = await launch('sim', '1', [NODE, join(HERE, 'exchange-sim.ts')], process.env, /^\{"url"/)
 const simUrl = (JSON.parse(simLine) as { url: string }).url
 const targets: Target[] = []
 for (const [i, spec] of SPEC.split('|').entries()) {
@@ -79,7 +76,7 @@ for (const [i, spec] of SPEC.split('|').entries()) {
   delete extra.LIMITS
   let started
   if (entry === 'pass') {
-    started = await launch(['-c', '0', NODE, join(HERE, 'exchange-passthrough.ts'), simUrl], { ...process.env, MALLOC_ARENA_MAX: '1', ...extra }, /^\{"port".*$/m)
+    started = await launch(name, '0', [NODE, join(HERE, 'exchange-passthrough.ts'), simUrl], { ...process.env, MALLOC_ARENA_MAX: '1', ...extra }, /^\{"port"/)
   } else {
     const cfg = join(tmp, `${i}.json`)
     writeFileSync(cfg, JSON.stringify({
@@ -90,11 +87,10 @@ for (const [i, spec] of SPEC.split('|').entries()) {
       keys: [{ name: 'ab', sha256: createHash('sha256').update(KEY).digest('hex'), models: ['*'] }],
       providers: [{ name: 'sim', protocol: 'openai-chat', baseUrl: simUrl, models: ['*'] }],
     }))
-    started = await launch(['-c', '0', NODE, ...NODE_FLAGS, entry, 'serve', '--config', cfg],
-      { ...process.env, MALLOC_ARENA_MAX: '1', SLUICE_SIGNING_KEY: 'a'.repeat(64), ...extra }, /^.*"sluice ready".*$/m)
+    started = await launch(name, '0', [NODE, ...NODE_FLAGS, entry, 'serve', '--config', cfg],
+      { ...process.env, MALLOC_ARENA_MAX: '1', SLUICE_SIGNING_KEY: 'a'.repeat(64), ...extra }, /"sluice ready"/)
   }
-  started.child.stdout!.resume()
-  targets.push({ name, pid: started.child.pid!, port: (JSON.parse(started.line) as { port: number }).port, cpu: [], user: [] })
+  targets.push({ name, child: started.child, port: (JSON.parse(started.line) as { port: number }).port, cpu: [] })
 }
 
 const agent = new Agent({ connections: 512, pipelining: 1 })
@@ -117,29 +113,14 @@ async function run (port: number, n: number): Promise<void> {
   await Promise.all(Array.from({ length: C }, async () => { while (i++ < n) await exchange(port) }))
 }
 
-/** [ns of CPU, user ticks] of every thread of pid. */
-function cpuOf (pid: number): [number, number] {
-  let ns = 0
-  let user = 0
-  for (const t of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0])
-      user += Number(readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8').split(') ')[1].split(' ')[11])
-    } catch {} // a thread that ended between the listing and the read
-  }
-  return [ns, user]
-}
-
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 for (const t of targets) await run(t.port, WARM)
 await sleep(PAUSE)
 for (let b = 0; b < BLOCKS; b++) {
   for (const t of b % 2 === 0 ? targets : [...targets].reverse()) {
-    const [ns0, u0] = cpuOf(t.pid)
+    const before = threadCpuNs(t.child.pid)
     await run(t.port, BLOCK)
-    const [ns1, u1] = cpuOf(t.pid)
-    t.cpu.push((ns1 - ns0) / 1e6 / BLOCK)
-    t.user.push((u1 - u0) * 10 / BLOCK) // clock ticks of 10 ms
+    t.cpu.push(cpuMsSince(t.child.pid, before) / BLOCK)
     await sleep(30)
   }
 }
@@ -149,7 +130,7 @@ const first = targets[0]
 console.log(`C=${C}, ${BLOCKS} blocks of ${BLOCK} exchanges per target ('${SIMD}'), ms of process CPU per exchange:`)
 for (const t of targets) {
   const ratios = t.cpu.map((v, i) => v / first.cpu[i]).sort((a, b) => a - b)
-  console.log(`${t.name.padEnd(12)} median ${median(t.cpu).toFixed(3)} (user ${median(t.user).toFixed(3)})   paired vs ${first.name}: ${median(ratios).toFixed(3)} [${ratios[0].toFixed(3)}..${ratios[ratios.length - 1].toFixed(3)}]`)
+  console.log(`${t.name.padEnd(12)} median ${median(t.cpu).toFixed(3)}   paired vs ${first.name}: ${median(ratios).toFixed(3)} [${ratios[0].toFixed(3)}..${ratios[ratios.length - 1].toFixed(3)}]`)
 }
 await agent.close()
-process.exit(0)
+await Promise.all(children.map((c) => stopChild(c)))
