@@ -64,23 +64,21 @@ export function startIdleCollector (opts: IdleCollectorOptions = {}): () => void
   const collect = opts.collect ?? collectGarbage
   const everyMs = opts.everyMs ?? 5000
   let last = performance.eventLoopUtilization()
-  let lastAt = performance.now()
   let collecting = false
   let stopped = false
   const timer = setInterval(() => {
-    // A window cut short (the tick after a collection, overdue behind it) is not judged on its
-    // own: its time is added to the next one.
-    if (collecting || performance.now() - lastAt < everyMs / 2) return
+    if (collecting) return
     const now = performance.eventLoopUtilization()
-    const u = performance.eventLoopUtilization(now, last).utilization
+    const window = performance.eventLoopUtilization(now, last)
+    // A window cut short (the tick after a collection, overdue behind it) is not judged on its
+    // own: its time is added to the next one. (idle + active is the window's length, ms.)
+    if (window.idle + window.active < everyMs / 2) return
     last = now
-    lastAt = performance.now()
-    if (!decider.tick(u, opts.inFlight?.() ?? false)) return
+    if (!decider.tick(window.utilization, opts.inFlight?.() ?? false)) return
     collecting = true
     void collect().finally(() => {
       collecting = false
       last = performance.eventLoopUtilization()
-      lastAt = performance.now()
       if (!stopped) opts.onCollect?.()
     })
   }, everyMs)
