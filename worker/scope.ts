@@ -125,9 +125,7 @@ export class ExchangeScope {
   setFloating (inspector: number, pending: number): void {
     const n = inspector + pending
     const have = this.floating
-    let want = have
-    if (n > have) want = roundUpToStep(n)
-    else if (n === 0 || n + 2 * FLOATING_STEP <= have) want = roundUpToStep(n)
+    let want = n > have || n === 0 || n + 2 * FLOATING_STEP <= have ? roundUpToStep(n) : have
     if (want > have) {
       this.assertOpen('setFloating')
       if (this.ledger.storage.tryReserveAhead(want - have)) this.bytes += want - have
