@@ -65,7 +65,7 @@ export interface AcceptOptions {
  * taken, except what `opts.scope` held before the call (the caller still owns that scope).
  */
 export function accept (deps: ExchangeDeps, req: IncomingMessage, opts: AcceptOptions): Accepted {
-  const key = opts.key ?? deps.auth.authenticate(req.headers)
+  const key = opts.key ?? deps.auth.authenticate(req.headers, req.socket)
   if (opts.known) opts.known.keyName = key.name
   const sessionId = typeof opts.sessionId === 'function' ? opts.sessionId() : opts.sessionId
   if (opts.known) opts.known.sessionId = sessionId

@@ -46,7 +46,7 @@ async function streamEvents (deps: ExchangeDeps, rawId: string, queryLast: strin
   let session: Key64
   let cursor = -1
   try {
-    const key = deps.auth.authenticate(req.headers)
+    const key = deps.auth.authenticate(req.headers, req.socket)
     const sessionId = checkSessionId(rawId, 'path')
     session = Lanes.key(key.name, sessionId)
     const header = req.headers['last-event-id']

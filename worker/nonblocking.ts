@@ -42,7 +42,7 @@ export function registerNonBlocking (fastify: FastifyInstance, deps: ExchangeDep
       reply.hijack()
       const res = reply.raw
       try {
-        const key = deps.auth.authenticate(request.headers)
+        const key = deps.auth.authenticate(request.headers, request.raw.socket)
         const sessionId = checkSessionId(request.params.id, 'path')
         const exchangeId = request.params.eid
         if (exchangeId.length === 0 || exchangeId.length > 128) throw new SluiceError('invalid_request', { field: 'path', reason: 'an exchange id is 1 to 128 characters' })

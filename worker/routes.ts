@@ -44,7 +44,7 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
   fastify.get('/v1/models', (req, reply) => {
     let key
     try {
-      key = deps.auth.authenticate(req.headers)
+      key = deps.auth.authenticate(req.headers, req.raw.socket)
     } catch (err) {
       refuseReply(deps.ledger, reply, SluiceError.from(err))
       return reply
@@ -56,7 +56,7 @@ export function registerRoutes (fastify: FastifyInstance, deps: ExchangeDeps): v
 
   fastify.get('/v1/capabilities', (req, reply) => {
     try {
-      deps.auth.authenticate(req.headers)
+      deps.auth.authenticate(req.headers, req.raw.socket)
     } catch (err) {
       refuseReply(deps.ledger, reply, SluiceError.from(err))
       return reply

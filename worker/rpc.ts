@@ -60,7 +60,7 @@ async function handleRpc (deps: ExchangeDeps, req: IncomingMessage, res: ServerR
   const scope = new ExchangeScope(deps.ledger)
   let handedOff = false
   try {
-    const key = deps.auth.authenticate(req.headers)
+    const key = deps.auth.authenticate(req.headers, req.socket)
     known.keyName = key.name
     const prepared = await readEnvelope(deps, req, scope, 'rpc', ac.signal)
     const call = prepared.envelope!.rpc!

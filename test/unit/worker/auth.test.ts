@@ -5,7 +5,7 @@
 
 import t from 'tap'
 import { createHash, hash, randomBytes } from 'node:crypto'
-import { Authenticator } from '../../../worker/auth.ts'
+import { Authenticator, sameSecret } from '../../../worker/auth.ts'
 import type { KeyConfig } from '../../../src/config/schema.ts'
 
 const sha = (s: string): string => createHash('sha256').update(s).digest('hex')
@@ -35,4 +35,52 @@ t.test('each configured key authenticates as itself; others, and none, are refus
   t.throws(() => auth.authenticate({ authorization: `Bearer ${secrets[0]}x` }), { code: 'unauthorized' }, 'a near miss')
   t.throws(() => auth.authenticate({ authorization: 'Bearer sk-nope' }), { code: 'unauthorized' })
   t.throws(() => auth.authenticate({}), { code: 'unauthorized' }, 'no key at all')
+})
+
+t.test('a connection remembers the key verified on it, and only that key', async (t) => {
+  const [a, b] = ['sk-' + randomBytes(18).toString('base64url'), 'sk-' + randomBytes(18).toString('base64url')]
+  const auth = new Authenticator([key('ka', a), key('kb', b)])
+  const conn = {}
+  const remembers = (): number => Object.getOwnPropertySymbols(conn).length
+  t.equal(auth.authenticate({ authorization: `Bearer ${a}` }, conn).name, 'ka')
+  t.equal(remembers(), 1, 'the connection remembers the verified key')
+  t.equal(auth.authenticate({ authorization: `Bearer ${a}` }, conn).name, 'ka', 'again on the same connection')
+  // Near misses of the remembered key are refused, and the refusal forgets it.
+  for (const wrong of [a.slice(0, -1), a + 'x', a.slice(0, -1) + (a.endsWith('A') ? 'B' : 'A'), 'x' + a.slice(1), a + a, '']) {
+    if (wrong === '') {
+      t.throws(() => auth.authenticate({}, conn), { code: 'unauthorized' }, 'no key at all')
+      continue
+    }
+    t.equal(auth.authenticate({ authorization: `Bearer ${a}` }, conn).name, 'ka', 'remembered')
+    t.throws(() => auth.authenticate({ authorization: `Bearer ${wrong}` }, conn), { code: 'unauthorized' }, `near miss ${JSON.stringify(wrong.slice(-6))} (${wrong.length} chars)`)
+    t.equal(remembers(), 0, 'and the refusal forgot it')
+  }
+  // Another caller's key on the same connection (a proxy sharing it) is that caller's principal.
+  t.equal(auth.authenticate({ 'x-api-key': b }, conn).name, 'kb', 'another key on the same connection')
+  t.equal(auth.authenticate({ authorization: `Bearer ${a}` }, conn).name, 'ka', 'and back')
+  // The memory is the connection's: another connection, or none, hashes afresh.
+  t.equal(auth.authenticate({ authorization: `Bearer ${b}` }, {}).name, 'kb')
+  t.equal(auth.authenticate({ authorization: `Bearer ${b}` }).name, 'kb')
+})
+
+t.test('a refused key is never remembered, so it is refused every time', async (t) => {
+  const good = 'sk-' + randomBytes(18).toString('base64url')
+  const auth = new Authenticator([key('k', good)])
+  const conn = {}
+  for (let i = 0; i < 3; i++) t.throws(() => auth.authenticate({ authorization: 'Bearer sk-nope' }, conn), { code: 'unauthorized' })
+  t.equal(auth.authenticate({ authorization: `Bearer ${good}` }, conn).name, 'k')
+})
+
+t.test('sameSecret is string equality, for any two strings', async (t) => {
+  const fc = (await import('fast-check')).default
+  fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 80 }), fc.string({ unit: 'binary', maxLength: 80 }), (x, y) => sameSecret(x, y) === (y.length > 0 && x === y)), { numRuns: 3000 })
+  // Pairs that differ in one place only (the property above rarely draws them).
+  fc.assert(fc.property(fc.string({ minLength: 1, maxLength: 80 }), fc.nat(), fc.integer({ min: 1, max: 0xffff }), (x, at, d) => {
+    const i = at % x.length
+    const y = x.slice(0, i) + String.fromCharCode((x.charCodeAt(i) + d) % 0x10000) + x.slice(i + 1)
+    return sameSecret(x, x) && !sameSecret(y, x) && !sameSecret(x + x, x) && !sameSecret(x, x + x)
+  }), { numRuns: 3000 })
+  t.ok(sameSecret('abc', 'abc'))
+  t.notOk(sameSecret('abcabc', 'abc'), 'the remembered key repeated is not it')
+  t.notOk(sameSecret('', ''), 'an empty remembered key matches nothing')
 })
