@@ -10,6 +10,10 @@ import type { Ledger } from '../src/ledger/ledger.ts'
 import type { Limits } from '../src/config/schema.ts'
 import type { ExchangeScope } from './scope.ts'
 
+/** A settled promise: a reaction on it runs at the end of the synchronous turn (a microtask,
+ *  without the AsyncResource Node's queueMicrotask makes for each call). */
+const TURN_END = Promise.resolve()
+
 export interface HeapFigures { used: number; limit: number; external: number }
 
 export function heapFigures (): HeapFigures {
@@ -28,6 +32,7 @@ export class Admission {
 
   /** The figures read in this synchronous turn; cleared by a microtask at its end. */
   private heapThisTurn: HeapFigures | null = null
+  private readonly endTurn = (): void => { this.heapThisTurn = null }
 
   /**
    * Throws worker_heap_exhausted when this worker's heap is above its admission limit. The heap
@@ -35,17 +40,20 @@ export class Admission {
    * session-lane wait they run in the same turn, where a second read (~2 us of
    * getHeapStatistics) could only see that turn's few allocations. After any await (a lane
    * wait) the turn is over and the heap is read again, so a waiter is still checked afresh.
+   * The reading goes to the ledger (sluice_worker_heap_bytes) with a refusal; otherwise the
+   * worker's once-a-second report keeps it (worker/main.ts): four shared-memory stores of
+   * BigInts per exchange bought nothing the metric's one-second resolution shows.
    */
   checkHeap (): void {
     let h = this.heapThisTurn
     if (h === null) {
       h = heapFigures()
       this.heapThisTurn = h
-      queueMicrotask(() => { this.heapThisTurn = null })
-      this.ledger.reportHeap(h.used, h.limit, h.external)
+      void TURN_END.then(this.endTurn)
     }
     const admitLimit = Math.floor(h.limit * this.limits.workerHeapAdmitFraction)
     if (h.used > admitLimit) {
+      this.ledger.reportHeap(h.used, h.limit, h.external)
       throw new SluiceError('worker_heap_exhausted', { heapUsed: h.used, heapLimit: h.limit, admitLimit })
     }
   }
