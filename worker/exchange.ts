@@ -37,7 +37,7 @@ import { headerExcerpt, relayBuffered, relayStream, type Outcome } from './relay
 import { relayTranslatedStream, ScopeBudget, translatedHeaders } from './relay-translated.ts'
 import { refuse } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
-import { transportError } from './upstream.ts'
+import { transportError, UpstreamAbort } from './upstream.ts'
 
 /** How long the exchange's log line waits for the actual release before it is written anyway. */
 const RELEASE_LOG_WAIT_MS = 30_000
@@ -134,13 +134,20 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
   let released: Promise<void> | null = null
   const ac = new AbortController()
   const signal = ac.signal
-  const onClientClose = (): void => { if (!res.writableFinished) ac.abort() }
+  // Every abort of the exchange goes through here: the controller's signal, then the provider
+  // request's (UpstreamAbort: undici listens there, without an AbortSignal listener per request).
+  const upstreamAbort = new UpstreamAbort()
+  const abort = (reason?: unknown): void => {
+    ac.abort(reason)
+    upstreamAbort.fire(signal.reason)
+  }
+  const onClientClose = (): void => { if (!res.writableFinished) abort() }
   res.once('close', onClientClose)
   scope.settleOnClose(res)
-  const cut = (err: SluiceError): void => ac.abort(err)
+  const cut = (err: SluiceError): void => abort(err)
   deps.background.aborts.add(cut)
   const outer = opts.signal
-  const onOuterAbort = (): void => ac.abort(outer?.reason)
+  const onOuterAbort = (): void => abort(outer?.reason)
   if (outer) { if (outer.aborted) onOuterAbort(); else outer.addEventListener('abort', onOuterAbort, { once: true }) }
 
   let upstreamStarted = false
@@ -150,7 +157,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
   try {
     // 1. The session's turn. A cancel request from any worker (non-blocking cancel, JSON-RPC
     //    session/cancel) aborts this exchange.
-    lane?.watchCancel(() => ac.abort(new SluiceError('exchange_cancelled', { exchangeId: rec.exchangeId })))
+    lane?.watchCancel(() => abort(new SluiceError('exchange_cancelled', { exchangeId: rec.exchangeId })))
     if (lane && !lane.ranAtOnce) {
       rec.laneQueued = true
       const laneSpan = trace.phase('session.lane', { 'sluice.session_id': rec.sessionId })
@@ -268,7 +275,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       // the body is replayed from prepared.body, held in this scope; an error answer is
       // read and mapped (providerFailure) inside send(), so it may be retried on another account.
       upstreamRes = await deps.upstreams.send({
-        provider, path: ROUTE_PATH[translation === null ? route : PROTOCOL_ROUTE[target]], clientHeaders: req.headers, body: prepared.body, signal,
+        provider, path: ROUTE_PATH[translation === null ? route : PROTOCOL_ROUTE[target]], clientHeaders: req.headers, body: prepared.body, signal, abort: upstreamAbort,
         model: prepared.model,
         session: accepted.sessionId === null ? null : affinityKey(accepted.key.name, accepted.sessionId),
         refusal: (failed) => providerFailure(deps, scope, failed, signal),
