@@ -60,6 +60,43 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
 }
 
 /**
+ * Whether the request's body may still be on its way into the request's buffer: nothing of it
+ * there yet, the request not complete. A body that came in the packet of its headers is pushed
+ * by Node's parser when the 'request' event returns, before the next microtask.
+ */
+export function bodyNotInHand (req: IncomingMessage): boolean {
+  return req.readableLength === 0 && !req.complete
+}
+
+/**
+ * readBody without a promise, for a body already all in hand: with a Content-Length, every
+ * declared byte in the request's buffer (or the request complete), the caller still there. Its
+ * bytes are reserved and read out as readBody would (the same refusals, thrown); null, nothing
+ * reserved, when the body is not all there, and then readBody reads it. An exchange whose body
+ * came with its headers reads it here one microtask after the 'request' event (runExchange),
+ * without readBody's own promise and its hand-offs.
+ */
+export function readBodyNow (req: IncomingMessage, scope: ExchangeScope, limits: BodyLimits, signal: AbortSignal): Uint8Array | null {
+  const declared = req.headers['content-length']
+  if (declared === undefined || signal.aborted || req.destroyed) return null
+  const n = Number(declared)
+  if (!(req.complete || req.readableLength === n)) return null
+  if (!Number.isSafeInteger(n) || n < 0) throw new SluiceError('invalid_request', { header: 'content-length' }, 'invalid Content-Length')
+  if (n > limits.maxBodyBytes) throw new SluiceError('payload_too_large', { limit: limits.maxBodyBytes, declared: n })
+  scope.reserve(n)
+  const out = new Uint8Array(new ArrayBuffer(n))
+  let at = 0
+  for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
+    if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
+    out.set(chunk, at)
+    at += chunk.byteLength
+  }
+  if (!req.complete) req.resume()
+  if (at !== n) throw new SluiceError('client_closed', { received: at, declared: n })
+  return out
+}
+
+/**
  * A body all in the request's buffer when its read begins: complete (the exchange waited for
  * its permit or its lane while Node's parser took the rest and pushed its end), or every
  * declared byte there (it came with the headers: Node's parser never hands over more than

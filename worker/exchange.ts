@@ -19,7 +19,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError } from '../src/errors.ts'
 import { inWorkerParseBytes } from '../src/config/limits.ts'
-import { prepare as prepareHere, type ContinuationTask, type PrepareOk, type PrepareTask, type TranslateSpec, type TranslationInfo } from '../src/json/prepare.ts'
+import { prepare as prepareHere, type ContinuationTask, type PrepareOk, type PrepareResult, type PrepareTask, type TranslateSpec, type TranslationInfo } from '../src/json/prepare.ts'
 import { HIST_FIRST_BYTE, HIST_QUEUE_WAIT, HIST_TOTAL, RG_STREAMS, RG_TRANSLATIONS } from '../src/ledger/layout.ts'
 import { affinityKey } from '../src/ledger/providers.ts'
 import { providerErrorFromResponse, providerSluiceError } from '../src/protocols/index.ts'
@@ -30,7 +30,7 @@ import { requestOf } from '../src/translate/summary.ts'
 import { Router } from '../src/routing.ts'
 import { NO_TRACE, type ExchangeTrace } from '../src/telemetry/tracing.ts'
 import type { Accepted } from './accept.ts'
-import { readBody } from './body.ts'
+import { bodyNotInHand, readBody, readBodyNow } from './body.ts'
 import { Continuation, DEFAULT_STATE } from './continuation.ts'
 import { newRecord, type ExchangeDeps, type ExchangeRecord } from './deps.ts'
 import { headerExcerpt, relayBuffered, relayStream, type Outcome } from './relay.ts'
@@ -206,12 +206,16 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       prepared = opts.prepared
       rec.bytesIn = bodyBytes
     } else {
-      const body = await readBody(req, scope, deps.config.limits, signal)
+      // A body that came with the headers is in the request's buffer one microtask after the
+      // 'request' event (Node's parser pushes it when the event returns): read then, and a
+      // small one parsed, without a promise each (readBodyNow, prepareNow).
+      if (bodyNotInHand(req)) await null
+      const body = readBodyNow(req, scope, deps.config.limits, signal) ?? await readBody(req, scope, deps.config.limits, signal)
       bodyBytes = body.byteLength
       rec.bytesIn = bodyBytes
       const parse = trace.phase('parse', { 'sluice.bytes_in': bodyBytes })
       try {
-        prepared = await prepare(deps, scope, route, body, signal)
+        prepared = prepareNow(deps, scope, route, body) ?? await prepare(deps, scope, route, body, signal)
       } finally {
         parse.end()
       }
@@ -386,6 +390,20 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
 }
 
 /**
+ * prepare() without a promise, for a plain exchange body parsed in this thread (below
+ * limits.inWorkerParseBytes) while the parse permit is free now: the same task, caps, permit
+ * and reservations. Null, nothing done, when it must wait (the pool, or the permit taken):
+ * then prepare() does it.
+ */
+export function prepareNow (deps: ExchangeDeps, scope: ExchangeScope, route: Route, body: Uint8Array): PrepareOk | null {
+  if (body.byteLength >= inWorkerParseBytes(deps.config.limits)) return null
+  const task = prepareTask(deps, route, body)
+  const out: { result: PrepareResult | null } = { result: null }
+  if (!scope.tryUnderParse(() => { out.result = prepareHere(task) }) || out.result === null) return null
+  return takePrepared(scope, body.byteLength, out.result)
+}
+
+/**
  * Bounded JSON + preparation under the parse permit, returned as soon as the parse settles:
  * in this thread below limits.inWorkerParseBytes, else in the parser pool. `envelope`: the body wraps the exchange (non-blocking mode, JSON-RPC).
  * `body`'s bytes are reserved in `scope`; on return the prepared body's are instead (a
@@ -395,13 +413,7 @@ export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: 
   const size = body.byteLength // the buffer is transferred to the parser: read it first
   // The body's ArrayBuffer is transferred to the parser (zero copy) and comes back; a crashed
   // parser settles (and so returns the permit) only after its thread's exit.
-  const task: PrepareTask = {
-    body,
-    route,
-    limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
-    // A translated body's alias was applied by the first call: not again.
-    aliases: translate === undefined ? deps.router.aliases as Record<string, string> : {},
-  }
+  const task = prepareTask(deps, route, body, translate)
   if (envelope !== undefined) task.envelope = envelope
   if (translate !== undefined) task.translate = translate
   if (continuation !== undefined) task.continuation = continuation
@@ -411,6 +423,21 @@ export async function prepare (deps: ExchangeDeps, scope: ExchangeScope, route: 
   // inWorkerParseBytes, which is bounded by this worker's heap headroom (src/config/limits.ts).
   const inWorker = parseInputBytes(task) < inWorkerParseBytes(deps.config.limits)
   const result = await scope.underParse(signal, () => inWorker ? prepareHere(task) : deps.parser.prepare(task, { signal }))
+  return takePrepared(scope, size, result)
+}
+
+function prepareTask (deps: ExchangeDeps, route: Route, body: Uint8Array, translate?: TranslateSpec): PrepareTask {
+  return {
+    body,
+    route,
+    limits: { maxDepth: deps.config.limits.maxJsonDepth, maxNodes: deps.config.limits.maxJsonNodes },
+    // A translated body's alias was applied by the first call: not again.
+    aliases: translate === undefined ? deps.router.aliases as Record<string, string> : {},
+  }
+}
+
+/** A settled preparation: its refusal thrown, or the prepared body's bytes reserved in place of the original's. */
+function takePrepared (scope: ExchangeScope, size: number, result: PrepareResult): PrepareOk {
   if (!result.ok) throw SluiceError.from({ code: result.error.code, details: result.error.details, message: result.error.message })
   if (result.body.byteLength !== size) {
     scope.reserve(result.body.byteLength)

@@ -1,4 +1,6 @@
-// readBody (worker/body.ts) on real HTTP requests: a node:http server on 127.0.0.1 hands each
+// readBody (worker/body.ts) on real HTTP requests (and, through body-now.test.ts, every test
+// here again with the body read as runExchange reads it: bodyNotInHand's one microtask, then
+// readBodyNow, else readBody): a node:http server on 127.0.0.1 hands each
 // request to readBody with a real ExchangeScope on a real ledger; the client is a raw TCP
 // socket, so the test decides exactly which bytes arrive and when. Two cases Node's own HTTP
 // parser never lets through (a body longer than its Content-Length, a Content-Length that is
@@ -12,6 +14,9 @@ import { SluiceError } from '../../../src/errors.ts'
 import type { Ledger } from '../../../src/ledger/ledger.ts'
 import { assertIdle, makeLedger } from '../ledger/helpers.ts'
 import { readBody, type BodyLimits } from '../../../worker/body.ts'
+
+/** How every test here reads a body: readBody, or what body-now.test.ts sets. */
+const read: typeof readBody = (globalThis as { sluiceBodyRead?: typeof readBody }).sluiceBodyRead ?? readBody
 import { ExchangeScope } from '../../../worker/scope.ts'
 import { startServer, type TestServer } from './helpers.ts'
 
@@ -40,7 +45,7 @@ async function rig (t: Test, limits: Partial<BodyLimits> = {}, storageBytes = 1_
   const server = await startServer((req, res) => {
     const scope = new ExchangeScope(ledger)
     const signal = signalFor?.(req) ?? new AbortController().signal
-    void (before ? before(req) : Promise.resolve()).then(() => readBody(req, scope, { ...LIMITS, ...limits }, signal)).then(
+    void (before ? before(req) : Promise.resolve()).then(() => read(req, scope, { ...LIMITS, ...limits }, signal)).then(
       (u8) => ({ body: Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength), bufferBytes: u8.buffer.byteLength, error: null, held: scope.heldBytes }),
       (err) => ({ body: null, bufferBytes: 0, error: SluiceError.from(err), held: scope.heldBytes }),
     ).then((r) => {
@@ -129,7 +134,7 @@ t.test('a body longer than its Content-Length is refused (a hand-fed IncomingMes
   req.push(Buffer.from('ab'))
   req.push(Buffer.from('cd'))
   req.push(null)
-  const err = await readBody(req, scope, LIMITS, new AbortController().signal).then(() => null, (e) => SluiceError.from(e))
+  const err = await read(req, scope, LIMITS, new AbortController().signal).then(() => null, (e) => SluiceError.from(e))
   t.equal(err?.code, 'invalid_request')
   t.match(err?.message, /longer than its Content-Length/)
   t.equal(scope.heldBytes, 3, 'the declared size is reserved until the scope is released')
@@ -143,7 +148,7 @@ t.test('a Content-Length that is not a number is invalid_request, nothing reserv
     const scope = new ExchangeScope(ledger)
     const req = new IncomingMessage(new Socket())
     req.headers = { 'content-length': v }
-    const err = await readBody(req, scope, LIMITS, new AbortController().signal).then(() => null, (e) => SluiceError.from(e))
+    const err = await read(req, scope, LIMITS, new AbortController().signal).then(() => null, (e) => SluiceError.from(e))
     t.equal(err?.code, 'invalid_request', v)
     t.equal(scope.heldBytes, 0)
     scope.discard()
@@ -344,7 +349,7 @@ t.test('a declared body that came with its headers is read in the request\'s own
   const server = await startServer((req, res) => {
     const scope = new ExchangeScope(ledger)
     // Called synchronously in the 'request' event, as the exchange route does.
-    void readBody(req, scope, LIMITS, new AbortController().signal).then((u8) => {
+    void read(req, scope, LIMITS, new AbortController().signal).then((u8) => {
       const ended = new Promise<void>((resolve) => { if (req.readableEnded) resolve(); else req.once('end', () => resolve()) })
       seen.push({ body: Buffer.from(u8).toString(), endedAtRead: req.readableEnded, dataListeners: req.listenerCount('data'), ended, held: scope.heldBytes })
       scope.discard()

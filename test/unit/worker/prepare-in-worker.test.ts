@@ -13,7 +13,7 @@ import { ParserPool } from '../../../src/json/pool.ts'
 import type { ContinuationTask, TranslateSpec } from '../../../src/json/prepare.ts'
 import type { Route } from '../../../src/protocols/routes.ts'
 import { Router } from '../../../src/routing.ts'
-import { prepare } from '../../../worker/exchange.ts'
+import { prepare, prepareNow } from '../../../worker/exchange.ts'
 import { ExchangeScope } from '../../../worker/scope.ts'
 import { idleProblems, makeLedger } from '../ledger/helpers.ts'
 import { KEY, KEY_NAME, unitDeps } from './helpers.ts'
@@ -110,7 +110,7 @@ t.test('the same bodies in the HTTP worker and in the parser pool: identical res
   const inPool = deps(0)
   const here = deps(300 * 1024) // the bound at the default heap: every case is far below it
 
-  async function run (d: ReturnType<typeof deps>, c: Case): Promise<{ outcome: unknown, held: number, tasks: number }> {
+  async function run (d: ReturnType<typeof deps>, c: Case, now = false): Promise<{ outcome: unknown, held: number, tasks: number }> {
     const bytes = typeof c.body === 'string' ? enc.encode(c.body) : new Uint8Array(c.body) // a fresh copy: the pool takes it
     const size = bytes.byteLength // read first: the pool detaches the buffer
     const scope = new ExchangeScope(ledger)
@@ -118,7 +118,9 @@ t.test('the same bodies in the HTTP worker and in the parser pool: identical res
     const before = pool.stats().completed + pool.stats().failed
     let outcome: unknown
     try {
-      const r = await prepare(d, scope, c.route, bytes, new AbortController().signal, c.envelope, c.translate, c.continuation?.())
+      const r = now
+        ? prepareNow(d, scope, c.route, bytes) ?? t.fail(`${c.name}: prepareNow did not take it`) as never
+        : await prepare(d, scope, c.route, bytes, new AbortController().signal, c.envelope, c.translate, c.continuation?.())
       outcome = { ok: plain(r) }
       t.equal(scope.heldBytes, r.body.byteLength, `${c.name}: the prepared body's bytes are what is reserved`)
     } catch (err) {
@@ -141,6 +143,13 @@ t.test('the same bodies in the HTTP worker and in the parser pool: identical res
     t.equal(b.tasks, 0, `${c.name}: below the threshold -> this thread, no pool task`)
     t.same(b.outcome, a.outcome, `${c.name}: the same outcome either way`)
     t.equal(b.held, a.held, `${c.name}: the same bytes reserved either way`)
+    // A plain exchange body (what runExchange gives prepareNow): the same again, with no promise.
+    if (c.envelope === undefined && c.translate === undefined && c.continuation === undefined) {
+      const n = await run(here, c, true)
+      t.equal(n.tasks, 0, `${c.name}: prepareNow -> this thread`)
+      t.same(n.outcome, a.outcome, `${c.name}: prepareNow, the same outcome`)
+      t.equal(n.held, a.held, `${c.name}: prepareNow, the same bytes reserved`)
+    }
   }
   // The refusals above are real refusals (the table is not all successes, nor all failures).
   const codes = new Set<string>()
@@ -173,5 +182,27 @@ t.test('the threshold counts a continuation history and is strict (below, not at
   t.equal(await tasksFor(body.byteLength, false), 1, 'at the threshold: the pool')
   t.equal(await tasksFor(body.byteLength + 1, true), 1, 'the history counts: the pool')
   t.equal(await tasksFor(body.byteLength + history.byteLength + 1, true), 0, 'body + history below: here')
+  t.same(idleProblems(ledger), [])
+})
+
+t.test('prepareNow does nothing when it would have to wait: the permit taken, or a body for the pool', async (t) => {
+  const ledger = makeLedger()
+  const cfg = config(128)
+  const d = unitDeps(ledger, cfg)
+  d.router = new Router(cfg.providers, null, { UNIT_PROVIDER_KEY: 'k' })
+  const small = enc.encode(chat())
+  t.ok(small.byteLength < 128, 'a body below the threshold')
+  const scope = new ExchangeScope(ledger)
+  scope.reserve(small.byteLength)
+  t.ok(ledger.parse.tryAcquire(), 'another exchange holds the parse permit')
+  t.equal(prepareNow(d, scope, 'chat', small), null, 'permit taken: null')
+  t.equal(scope.heldBytes, small.byteLength, 'nothing reserved or returned')
+  ledger.parse.release()
+  const ok = prepareNow(d, scope, 'chat', small)
+  t.equal(ok?.model, 'gpt-4o-mini', 'permit free: prepared at once')
+  t.equal(ledger.snapshot().parse.active, 0, 'and the permit back')
+  const large = enc.encode(chat({ pad: 'p'.repeat(128) }))
+  t.equal(prepareNow(d, scope, 'chat', large), null, 'at or above inWorkerParseBytes: null (the pool\'s)')
+  scope.discard()
   t.same(idleProblems(ledger), [])
 })
