@@ -5,7 +5,7 @@
 
 import t from 'tap'
 import { createHash, hash, randomBytes } from 'node:crypto'
-import { Authenticator, sameSecret } from '../../../worker/auth.ts'
+import { Authenticator, maskSecret, matchesMasked } from '../../../worker/auth.ts'
 import type { KeyConfig } from '../../../src/config/schema.ts'
 
 const sha = (s: string): string => createHash('sha256').update(s).digest('hex')
@@ -71,7 +71,9 @@ t.test('a refused key is never remembered, so it is refused every time', async (
   t.equal(auth.authenticate({ authorization: `Bearer ${good}` }, conn).name, 'k')
 })
 
-t.test('sameSecret is string equality, for any two strings', async (t) => {
+const sameSecret = (presented: string, remembered: string): boolean => matchesMasked(presented, maskSecret(remembered))
+
+t.test('a masked secret matches exactly the string it masks, for any two strings', async (t) => {
   const fc = (await import('fast-check')).default
   fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 80 }), fc.string({ unit: 'binary', maxLength: 80 }), (x, y) => sameSecret(x, y) === (y.length > 0 && x === y)), { numRuns: 3000 })
   // Pairs that differ in one place only (the property above rarely draws them).
@@ -83,4 +85,19 @@ t.test('sameSecret is string equality, for any two strings', async (t) => {
   t.ok(sameSecret('abc', 'abc'))
   t.notOk(sameSecret('abcabc', 'abc'), 'the remembered key repeated is not it')
   t.notOk(sameSecret('', ''), 'an empty remembered key matches nothing')
+  const long = 'k'.repeat(700) + 'é€😀'
+  t.ok(sameSecret(long, long), 'longer than the pad, and beyond latin1')
+  t.notOk(sameSecret(long.slice(0, -1) + 'x', long))
+})
+
+t.test('what is remembered is not the key: no unit of it is the key\'s own', async (t) => {
+  const secret = 'sk-' + randomBytes(30).toString('base64url')
+  const m = maskSecret(secret)
+  t.equal(m.length, secret.length)
+  let same = 0
+  for (let i = 0; i < m.length; i++) if (m[i] === secret.charCodeAt(i)) same++
+  // A pad unit of 0 leaves a unit as it is: 1 in 65536 per unit.
+  t.ok(same <= 1, `units left as they were: ${same}`)
+  t.notOk(Buffer.from(m.buffer).includes(Buffer.from(secret, 'latin1')), 'its bytes do not hold the key as latin1')
+  t.notOk(Buffer.from(m.buffer).includes(Buffer.from(secret, 'utf16le')), 'nor as UTF-16')
 })
