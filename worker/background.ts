@@ -4,8 +4,8 @@
 import type { SluiceError } from '../src/errors.ts'
 
 /**
- * How long an exchange's closing bookkeeping (its log line, its trace's end, the exemplars it
- * leaves) waits after the exchange has released everything. A caller's next request follows its
+ * How long an exchange's closing bookkeeping (its log line, the exemplars it leaves; not its
+ * trace, which ends at the release) waits after the exchange has released everything. A caller's next request follows its
  * response's end within a few hundred µs (an agent thread runs its exchanges back to back): run
  * at once, that bookkeeping (~60-100 µs, cache-cold) sat exactly in that request's way in
  * (measured at 32 staggered streams: its time from the client to the worker's 'request' event

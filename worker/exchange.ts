@@ -74,6 +74,13 @@ export function startTrace (deps: ExchangeDeps, req: IncomingMessage, rec: Excha
 
 /** The end of every exchange, accepted or refused at the door: its trace ends, its one log line. */
 export function finishRecord (deps: ExchangeDeps, rec: ExchangeRecord, trace: ExchangeTrace): void {
+  endTrace(rec, trace)
+  deps.log(rec as unknown as Record<string, unknown>)
+}
+
+/** The exchange's trace ends now, with the record's figures (nothing to do without an exporter). */
+function endTrace (rec: ExchangeRecord, trace: ExchangeTrace): void {
+  if (trace === NO_TRACE) return
   trace.end({
     'sluice.code': rec.code,
     'http.response.status_code': rec.status,
@@ -92,7 +99,6 @@ export function finishRecord (deps: ExchangeDeps, rec: ExchangeRecord, trace: Ex
     'sluice.continuation.turns': rec.continuation?.turns,
     'sluice.continuation.stored': rec.continuation?.stored,
   })
-  deps.log(rec as unknown as Record<string, unknown>)
 }
 
 /**
@@ -383,11 +389,13 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
       await Promise.race([released, new Promise((resolve) => { timer = setTimeout(resolve, RELEASE_LOG_WAIT_MS).unref() })])
       clearTimeout(timer) // not one 30 s timer left behind per exchange
     }
-    // Its line, trace end and exemplars a moment later (Background.later): not in the way of
-    // the caller's next request, which follows this end within a few hundred µs.
+    // The trace ends at the release; the log line and the exemplars follow a moment later
+    // (Background.later): not in the way of the caller's next request, which follows this end
+    // within a few hundred µs.
+    endTrace(rec, trace)
     const upstream = upstreamRes
     deps.background.later(() => {
-      finishRecord(deps, rec, trace)
+      deps.log(rec as unknown as Record<string, unknown>)
       deps.exemplars.keepExchange({ req, res, upstream, own: [rec, scope] })
     })
   }
