@@ -24,22 +24,14 @@ export async function readBody (req: IncomingMessage, scope: ExchangeScope, limi
   const maxBytes = limits.maxBodyBytes
   const declared = req.headers['content-length']
   if (declared !== undefined) {
-    const n = Number(declared)
-    if (!Number.isSafeInteger(n) || n < 0) throw new SluiceError('invalid_request', { header: 'content-length' }, 'invalid Content-Length')
-    if (n > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes, declared: n })
+    const n = declaredLength(declared, maxBytes)
     scope.reserve(n)
-    const out = new Uint8Array(new ArrayBuffer(n))
+    const body = new DeclaredBody(n)
     // Node's parser takes the rest of the packet in hand (the body, when it came with the
     // headers) after the 'request' event returns, and before this microtask runs.
     if (req.readableLength < n) await null
-    let at = 0
-    await pump(req, signal, limits, (chunk) => {
-      if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
-      out.set(chunk, at)
-      at += chunk.byteLength
-    }, n)
-    if (at !== n) throw new SluiceError('client_closed', { received: at, declared: n })
-    return out
+    await pump(req, signal, limits, body.push, n)
+    return body.done()
   }
   // Chunked: reserve as chunks arrive, then one exact-size copy (reserved too, while both exist).
   const chunks: Buffer[] = []
@@ -78,22 +70,45 @@ export function bodyNotInHand (req: IncomingMessage): boolean {
  */
 export function readBodyNow (req: IncomingMessage, scope: ExchangeScope, limits: BodyLimits, signal: AbortSignal): Uint8Array | null {
   const declared = req.headers['content-length']
-  if (declared === undefined || signal.aborted || req.destroyed) return null
-  const n = Number(declared)
-  if (!(req.complete || req.readableLength === n)) return null
-  if (!Number.isSafeInteger(n) || n < 0) throw new SluiceError('invalid_request', { header: 'content-length' }, 'invalid Content-Length')
-  if (n > limits.maxBodyBytes) throw new SluiceError('payload_too_large', { limit: limits.maxBodyBytes, declared: n })
+  if (declared === undefined || signal.aborted || req.destroyed || !allInHand(req, Number(declared))) return null
+  const n = declaredLength(declared, limits.maxBodyBytes)
   scope.reserve(n)
-  const out = new Uint8Array(new ArrayBuffer(n))
-  let at = 0
-  for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
-    if (at + chunk.byteLength > n) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
-    out.set(chunk, at)
-    at += chunk.byteLength
+  const body = new DeclaredBody(n)
+  drainNow(req, body.push)
+  return body.done()
+}
+
+/** A Content-Length as a byte count, or its refusal: not a count, or over the cap. */
+function declaredLength (declared: string, maxBytes: number): number {
+  const n = Number(declared)
+  if (!Number.isSafeInteger(n) || n < 0) throw new SluiceError('invalid_request', { header: 'content-length' }, 'invalid Content-Length')
+  if (n > maxBytes) throw new SluiceError('payload_too_large', { limit: maxBytes, declared: n })
+  return n
+}
+
+/** A body of `n` declared bytes, copied into one buffer of that size as its chunks come. */
+class DeclaredBody {
+  readonly #out: Uint8Array
+  #at = 0
+  constructor (n: number) { this.#out = new Uint8Array(new ArrayBuffer(n)) }
+
+  /** One chunk in; a body longer than declared is refused. */
+  readonly push = (chunk: Buffer): void => {
+    if (this.#at + chunk.byteLength > this.#out.byteLength) throw new SluiceError('invalid_request', { header: 'content-length' }, 'the body is longer than its Content-Length')
+    this.#out.set(chunk, this.#at)
+    this.#at += chunk.byteLength
   }
-  if (!req.complete) req.resume()
-  if (at !== n) throw new SluiceError('client_closed', { received: at, declared: n })
-  return out
+
+  /** The body, once it ended: shorter than declared, the caller went away (client_closed). */
+  done (): Uint8Array {
+    if (this.#at !== this.#out.byteLength) throw new SluiceError('client_closed', { received: this.#at, declared: this.#out.byteLength })
+    return this.#out
+  }
+}
+
+/** Every byte of the body in the request's buffer (or the request complete): see drainBuffered. */
+function allInHand (req: IncomingMessage, declared: number): boolean {
+  return req.complete || req.readableLength === declared
 }
 
 /**
@@ -108,12 +123,17 @@ export function readBodyNow (req: IncomingMessage, scope: ExchangeScope, limits:
  */
 function drainBuffered (req: IncomingMessage, onChunk: (chunk: Buffer) => void): Promise<void> {
   try {
-    for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) onChunk(chunk)
+    drainNow(req, onChunk)
   } catch (err) {
     return Promise.reject(SluiceError.from(err))
   }
-  if (!req.complete) req.resume()
   return Promise.resolve()
+}
+
+/** drainBuffered's read, synchronously: a throw of `onChunk` leaves the request paused. */
+function drainNow (req: IncomingMessage, onChunk: (chunk: Buffer) => void): void {
+  for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) onChunk(chunk)
+  if (!req.complete) req.resume()
 }
 
 /**
@@ -129,7 +149,7 @@ function pump (req: IncomingMessage, signal: AbortSignal, limits: BodyLimits, on
   // The caller went away before the read began, complete or not: nothing of it is read (its
   // 'close' has been and gone, and no listener below would hear it).
   if (req.destroyed) return Promise.reject(new SluiceError('client_closed'))
-  if (req.complete || req.readableLength === declared) return drainBuffered(req, onChunk)
+  if (allInHand(req, declared)) return drainBuffered(req, onChunk)
   return new Promise<void>((resolve, reject) => {
     let received = 0
     let settled = false
