@@ -390,7 +390,8 @@ export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedP
   const out: Record<string, string> = {}
   const allowed = FORWARD[provider.config.protocol]
   const gatewayKey = presentedKey(client)
-  for (const [k, v] of Object.entries(client)) {
+  for (const k in client) {
+    const v = client[k]
     if (v === undefined || HOP_BY_HOP.has(k) || REQUEST_DROP.has(k) || !(allowed.has(k) || extra.has(k))) continue
     const value = Array.isArray(v) ? v.join(', ') : v
     if (gatewayKey !== null && value.includes(gatewayKey)) continue
@@ -409,9 +410,15 @@ export function requestHeaders (client: IncomingHttpHeaders, provider: ResolvedP
   return out
 }
 
-export function responseHeaders (upstream: IncomingHttpHeaders, keepLength: boolean): OutgoingHttpHeaders {
+/**
+ * The provider's response headers the client gets: hop-by-hop and dropped ones out, retry-after
+ * clamped, and `x-sluice-exchange-id` last when an exchange id is given. (A for-in over the
+ * headers, no Object.entries: its pairs were ~1 KB of garbage per exchange at 96 streams.)
+ */
+export function responseHeaders (upstream: IncomingHttpHeaders, keepLength: boolean, exchangeId?: string | null): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {}
-  for (const [k, v] of Object.entries(upstream)) {
+  for (const k in upstream) {
+    const v = upstream[k]
     if (v === undefined || RESPONSE_DROP.has(k)) continue
     if (HOP_BY_HOP.has(k) && !(keepLength && k === 'content-length')) continue
     if (k === 'retry-after') {
@@ -422,6 +429,7 @@ export function responseHeaders (upstream: IncomingHttpHeaders, keepLength: bool
     }
     out[k] = v
   }
+  if (exchangeId !== undefined) out['x-sluice-exchange-id'] = String(exchangeId)
   return out
 }
 
