@@ -15,8 +15,9 @@
 // own error event, then a clean end. Only before the first downstream byte may the upstream
 // request be retried (inside upstreams.send(), worker/upstream.ts); never after it.
 
+import { pumpChunks, STOP } from '../src/net/chunks.ts'
+import type { UpstreamAnswer } from '../src/net/answer.ts'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError } from '../src/errors.ts'
 import { inWorkerParseBytes } from '../src/config/limits.ts'
 import { prepare as prepareHere, type ContinuationTask, type PrepareOk, type PrepareResult, type PrepareTask, type TranslateSpec, type TranslationInfo } from '../src/json/prepare.ts'
@@ -158,7 +159,7 @@ export async function runExchange (deps: ExchangeDeps, accepted: Accepted, route
 
   let upstreamStarted = false
   let bodyBytes = scope.heldBytes
-  let upstreamRes: Dispatcher.ResponseData | null = null
+  let upstreamRes: UpstreamAnswer | null = null
   let cont: Continuation | null = null
   try {
     // 1. The session's turn. A cancel request from any worker (non-blocking cancel, JSON-RPC
@@ -493,17 +494,16 @@ export async function readEnvelope (deps: ExchangeDeps, req: IncomingMessage, sc
 
 /** A provider error response before any byte reached the client: read a bounded excerpt
  *  (8 KiB), map it under the parse permit, never forward the provider's bytes as ours. */
-async function providerFailure (deps: ExchangeDeps, scope: ExchangeScope, up: Dispatcher.ResponseData, signal: AbortSignal): Promise<SluiceError> {
+async function providerFailure (deps: ExchangeDeps, scope: ExchangeScope, up: UpstreamAnswer, signal: AbortSignal): Promise<SluiceError> {
   const cap = 8192
   const parts: Buffer[] = []
   let n = 0
   try {
-    for await (const chunk of up.body) {
-      const c = chunk as Buffer
+    await pumpChunks(up.body, (c) => {
       parts.push(c.subarray(0, cap - n))
       n += Math.min(c.length, cap - n)
-      if (n >= cap) break
-    }
+      if (n >= cap) return STOP
+    })
   } catch {}
   if (!up.body.destroyed) up.body.destroy()
   const retryAfter = up.headers['retry-after']
@@ -540,7 +540,7 @@ export function bodyMayNeedThePool (req: IncomingMessage, limits: ExchangeDeps['
   return !Number.isFinite(n) || n >= inWorkerParseBytes(limits)
 }
 
-function isEventStream (headers: Dispatcher.ResponseData['headers']): boolean {
+function isEventStream (headers: UpstreamAnswer['headers']): boolean {
   const ct = headers['content-type']
   return typeof ct === 'string' && ct.startsWith('text/event-stream')
 }

@@ -14,8 +14,8 @@
 // transport, the budget — ends the client's stream with its protocol's own failure event
 // carrying the signed failure record; a truncated call is never reported as complete.
 
+import type { UpstreamAnswer } from '../src/net/answer.ts'
 import type { ServerResponse } from 'node:http'
-import type { Dispatcher } from 'undici'
 import { abortCause, isErrorCode, SluiceError } from '../src/errors.ts'
 import { RG_TRANSLATE_ITEM_BYTES, RG_TRANSLATE_OUTPUT_BYTES, RG_TOOL_ARGUMENT_BYTES } from '../src/ledger/layout.ts'
 import type { Ledger } from '../src/ledger/ledger.ts'
@@ -114,7 +114,7 @@ export class ScopeBudget implements TranslationBudget {
 export interface TranslatedContext {
   deps: ExchangeDeps
   rec: ExchangeRecord
-  up: Dispatcher.ResponseData
+  up: UpstreamAnswer
   res: ServerResponse
   scope: ExchangeScope
   signal: AbortSignal

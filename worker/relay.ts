@@ -16,8 +16,8 @@
 // parser pool before any byte goes out, so every failure of a non-streaming answer reaches the
 // caller as the signed JSON refusal (see relayBuffered).
 
+import type { UpstreamAnswer } from '../src/net/answer.ts'
 import type { ServerResponse } from 'node:http'
-import type { Dispatcher } from 'undici'
 import { abortCause, SluiceError, type ErrorCode } from '../src/errors.ts'
 import { StreamTracker, inspectorFor, type ProtocolInspector, type StreamFailure } from '../src/protocols/index.ts'
 import { SseFramer } from '../src/sse/framer.ts'
@@ -36,7 +36,7 @@ interface RelayContext {
   deps: ExchangeDeps
   rec: ExchangeRecord
   route: Route
-  up: Dispatcher.ResponseData
+  up: UpstreamAnswer
   res: ServerResponse
   scope: ExchangeScope
   signal: AbortSignal
@@ -572,7 +572,7 @@ function tooLarge (cap: number, bytes: number): SluiceError {
   return new SluiceError('output_too_large', { limit: cap, bytes }, `the provider's answer is larger than this gateway holds (limits.maxOutputBytes ${cap})`)
 }
 
-function contentLength (headers: Dispatcher.ResponseData['headers']): number | null {
+function contentLength (headers: UpstreamAnswer['headers']): number | null {
   const v = headers['content-length']
   return typeof v === 'string' && /^\d{1,15}$/.test(v) ? Number(v) : null
 }
@@ -584,7 +584,7 @@ export function headerExcerpt (v: string | string[] | undefined): string | null 
   return s.length > 64 ? s.slice(0, 64) + '…' : s
 }
 
-function isJson (headers: Dispatcher.ResponseData['headers']): boolean {
+function isJson (headers: UpstreamAnswer['headers']): boolean {
   const ct = headers['content-type']
   return typeof ct === 'string' && /^application\/(.+\+)?json\b/i.test(ct)
 }

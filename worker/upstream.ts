@@ -20,8 +20,8 @@
 // it before any writeHead), so no retry can follow a first downstream byte.
 
 import { EventEmitter } from 'node:events'
-import type { Dispatcher } from 'undici'
 import { Pool } from '../src/net/pool.ts'
+import { dispatchAnswer, type UpstreamAnswer } from '../src/net/answer.ts'
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http'
 import type { Config, Protocol } from '../src/config/schema.ts'
 import { MAX_RETRY_AFTER_SECONDS, retryAfterSeconds } from '../src/protocols/provider-error.ts'
@@ -108,7 +108,7 @@ export interface UpstreamRequest {
    * Reads and maps an error answer (status >= 400) before any byte reached the client;
    * destroys its body. Without it, a generic provider code is used.
    */
-  refusal?: (up: Dispatcher.ResponseData) => Promise<SluiceError>
+  refusal?: (up: UpstreamAnswer) => Promise<SluiceError>
   /** True once any byte went downstream (the response's headers sent): then never a retry. */
   committed?: () => boolean
   /** A trace event on the exchange's provider span. */
@@ -189,7 +189,7 @@ export class Upstreams {
    * transient failures as the file header says; every account claim it takes is released
    * exactly once (a failed attempt's at once, the answer's when its body closes).
    */
-  async send (r: UpstreamRequest): Promise<Dispatcher.ResponseData> {
+  async send (r: UpstreamRequest): Promise<UpstreamAnswer> {
     const state = this.state
     if (state === null || state.accounts === 0) return this.attempt(r, r.provider.accounts[0])
     const url = targetOf(r.provider.baseUrl, r.path)
@@ -240,7 +240,7 @@ export class Upstreams {
         }
         const account = r.provider.accounts.find((a) => a.index === sel.account) ?? r.provider.accounts[0]
         const t0 = performance.now()
-        let up: Dispatcher.ResponseData | null = null
+        let up: UpstreamAnswer | null = null
         let failure: { err: SluiceError; reason: number } | null = null
         try {
           up = await this.attempt(r, account, url)
@@ -335,7 +335,7 @@ export class Upstreams {
   }
 
   /** One request on one account; resolves at the response headers, or throws the transport error (unmapped). */
-  private async attempt (r: UpstreamRequest, account: ResolvedAccount, url = targetOf(r.provider.baseUrl, r.path)): Promise<Dispatcher.ResponseData> {
+  private async attempt (r: UpstreamRequest, account: ResolvedAccount, url = targetOf(r.provider.baseUrl, r.path)): Promise<UpstreamAnswer> {
     if (r.signal.aborted) throw abortCause(r.signal) // never dispatched after the exchange aborted
     const entry = this.pool(url.origin)
     const pool = entry.pool
@@ -349,15 +349,14 @@ export class Upstreams {
     const queuedBefore = mayWait ? pool.stats.queued : 0
     entry.inFlight++
     const done = (): void => { entry.inFlight-- }
-    const p = pool.request({
+    const p = dispatchAnswer(pool, {
       method: 'POST',
       path: url.path,
       headers: requestHeaders(r.clientHeaders, r.provider, r.body.byteLength, this.extra, account.apiKey),
       body: r.body,
-      signal: r.abort ?? r.signal,
       headersTimeout: this.cfg.firstByteTimeoutMs,
       bodyTimeout: this.cfg.idleTimeoutMs,
-    })
+    }, r.abort ?? r.signal)
     // In flight until its body closes (ended, or destroyed by the relay), or the request failed:
     // exactly one of these runs `done`, once.
     p.then((up) => { if (up.body.closed) done(); else up.body.once('close', done) }, done)

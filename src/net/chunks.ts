@@ -1,5 +1,5 @@
-// A provider body's chunks, one at a time, exactly as they arrived, handed to a callback from
-// the stream's own 'data' event: what `for await (const c of body)` gives, without its copies
+// A provider body's chunks (src/net/answer.ts AnswerBody, or any Readable), one at a time,
+// exactly as they arrived, handed to a callback from the stream's own 'data' event: what `for await (const c of body)` gives, without its copies
 // and without a promise per chunk.
 //
 // Why not the stream's own async iterator: it calls `body.read()`, which hands over everything
@@ -26,7 +26,7 @@
 // STOP ends the pump and destroys the body, as the iterator's destroyOnReturn does on leaving
 // the loop early.
 
-import type { Readable } from 'node:stream'
+import type { AnswerSource } from './answer.ts'
 
 /** A chunk handler's "no more": the pump resolves and the body is destroyed. */
 export const STOP: unique symbol = Symbol('stop')
@@ -45,7 +45,7 @@ function prematureClose (): Error {
  * ended (or a handler returned STOP), rejects with the body's error, a premature close, or what
  * a handler threw.
  */
-export function pumpChunks (body: Readable, onChunk: (chunk: Buffer) => ChunkStep): Promise<void> {
+export function pumpChunks (body: AnswerSource, onChunk: (chunk: Buffer) => ChunkStep): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     /** A handler's promise is pending: the body is paused. */
     let busy = false
