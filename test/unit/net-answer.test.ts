@@ -48,6 +48,17 @@ function watch (body: AnswerSource): { events: string[]; closes: () => number; c
 
 const tick = () => new Promise((r) => setImmediate(r))
 
+/** An upstream, one request answered 200 with `first` written: the answer and the upstream's side. */
+async function started (t: Test, first: string, opts: { bodyTimeout?: number } = {}): Promise<{ u: Upstream; req: IncomingMessage; res: ServerResponse; a: UpstreamAnswer }> {
+  const u = await upstream(t)
+  const p = post(u, null, opts)
+  await u.arrived(1)
+  const { req, res } = u.held[0]
+  res.writeHead(200)
+  res.write(first)
+  return { u, req, res, a: await p }
+}
+
 t.test('chunks in order, then end, then close once; the connection is kept for the next request', async (t) => {
   const u = await upstream(t)
   const p = post(u)
@@ -110,12 +121,7 @@ t.test('a consumer that waits: nothing is emitted meanwhile; then every chunk th
 })
 
 t.test('resume() never emits inside itself: what waited comes on a later tick', async (t) => {
-  const u = await upstream(t)
-  const p = post(u)
-  await u.arrived(1)
-  u.held[0].res.writeHead(200)
-  u.held[0].res.write('waited')
-  const a = await p
+  const { a } = await started(t, 'waited')
   await new Promise((r) => setTimeout(r, 20))
   const got: string[] = []
   a.body.on('data', (c: Buffer) => got.push(c.toString()))
@@ -127,13 +133,7 @@ t.test('resume() never emits inside itself: what waited comes on a later tick', 
 })
 
 t.test('destroy() before the end: the request is aborted (the upstream sees its connection close), close once', async (t) => {
-  const u = await upstream(t)
-  const p = post(u)
-  await u.arrived(1)
-  const { req, res } = u.held[0]
-  res.writeHead(200)
-  res.write('x')
-  const a = await p
+  const { u, req, a } = await started(t, 'x')
   const w = watch(a.body)
   await pumpChunks(a.body, () => STOP)
   t.ok(a.body.destroyed, 'destroyed by STOP')
@@ -181,13 +181,7 @@ t.test('an empty body: end comes on resume, then close', async (t) => {
 })
 
 t.test('a transport failure after the headers: error (to a listener), then close once; the pump rejects with it', async (t) => {
-  const u = await upstream(t)
-  const p = post(u)
-  await u.arrived(1)
-  const { req, res } = u.held[0]
-  res.writeHead(200)
-  res.write('part')
-  const a = await p
+  const { req, a } = await started(t, 'part')
   const w = watch(a.body)
   const pumped = pumpChunks(a.body, () => {})
   await tick()
@@ -201,13 +195,7 @@ t.test('a transport failure after the headers: error (to a listener), then close
 })
 
 t.test('a failure before any consumer: errored, destroyed, closed; a pump started later rejects', async (t) => {
-  const u = await upstream(t)
-  const p = post(u)
-  await u.arrived(1)
-  const { req, res } = u.held[0]
-  res.writeHead(200)
-  res.write('part')
-  const a = await p
+  const { req, a } = await started(t, 'part')
   const closed = new Promise((r) => a.body.once('close', r))
   req.socket.destroy()
   await closed
@@ -252,12 +240,7 @@ t.test('the abort source: before the headers the promise rejects with its reason
 })
 
 t.test('a body that goes idle past bodyTimeout fails with undici\'s timeout error', async (t) => {
-  const u = await upstream(t)
-  const p = post(u, null, { bodyTimeout: 100 })
-  await u.arrived(1)
-  u.held[0].res.writeHead(200)
-  u.held[0].res.write('x')
-  const a = await p
+  const { a } = await started(t, 'x', { bodyTimeout: 100 })
   await t.rejects(pumpChunks(a.body, () => {}), { code: 'UND_ERR_BODY_TIMEOUT' })
 })
 
