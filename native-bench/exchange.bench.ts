@@ -15,8 +15,9 @@
 // (native-bench/exchange-sim.ts: the same startSim `sluice sim` runs, which also reports when
 // it saw each tagged exchange end, for the cancel figure). sluice and the pass-through each
 // run under their own 1-vCPU quota (cgroup v2 cpu.max, else cgroup v1 CFS quota, else
-// `taskset -c 0`; the report says which held). The load generator (an undici Agent in this
-// process) and the sim run outside the quotas.
+// `taskset -c 0`; the report says which held) and on core 0; the load generator (an undici
+// Agent in this process, every thread) and the sim run outside the quotas, on core 1 (issue
+// 15's method; PLACEMENT: without two CPUs and taskset nothing is pinned, and the report says so).
 //
 // Figures:
 //   1. added TTFB and total time, p50 / p99, at 1, 32 and 96 concurrent Chat streams
@@ -25,12 +26,14 @@
 //      direct percentile at the same concurrency. The 96 case runs against a sluice with
 //      limits.maxActiveExchanges=128 and upstream.connections=128 (defaults 32 and 64: with
 //      them 64 of the 96 streams wait by design); the CPU share of each path's process while
-//      it relays the 96-stream rounds (CPU time / wall time of those rounds); the default-limits 96 case is reported
+//      it relays the 96-stream rounds (CPU time / wall time of those rounds, with the per-round
+//      sluice / pass-through ratios beside); the default-limits 96 case is reported
 //      separately, from a second sluice with the default configuration. The 32 and 96 cases
 //      are also run staggered: N lanes started 500/N ms apart, streams back to back in each,
 //      so about N are in flight but they arrive one by one rather than in one burst (a burst
 //      of N arrivals on one event loop waits behind N times the per-exchange CPU); in
 //      STAG_BLOCKS blocks, the paths interleaved (rotated by one a block; see interleaved()).
+//      The staggered rows are the ones the +1 / +4 ms target is for (BURST_NOTE).
 //   2. throughput: streams of 2000 events back to back (`tokens=2000 interval=0`), some in
 //      sequence and some 8 in parallel: events/s at the client, and the gateway's CPU
 //      (each thread's run time from /proc/<pid>/task/*/schedstat, in ns) per 1000 relayed events; and the
@@ -53,7 +56,7 @@ import { randomBytes, createHash } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { get } from 'node:http'
 import { createServer, type AddressInfo } from 'node:net'
-import { tmpdir } from 'node:os'
+import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
@@ -78,6 +81,8 @@ const STARTED = performance.now()
 
 const C1_ROUNDS = QUICK ? 5 : 12
 const C_ROUNDS = QUICK ? 3 : 8
+/** More at 96: the CPU share row is read from these rounds (one round of each path is ~0.6 s). */
+const C96_ROUNDS = QUICK ? 3 : 16
 const CONCURRENCY = [1, 32, 96] as const
 /** The throughput and per-exchange runs in this many blocks, the paths interleaved (the counts below are multiples of it). */
 const TP_BLOCKS = QUICK ? 2 : 4
@@ -85,7 +90,7 @@ const TP_SEQ = QUICK ? 16 : 40
 const TP_PAR = 8
 const TP_PAR_ROUNDS = QUICK ? 4 : 12
 /** The staggered latency runs in this many blocks, the paths interleaved. */
-const STAG_BLOCKS = 2
+const STAG_BLOCKS = 3
 const CANCEL_N = QUICK ? 10 : 20
 const LANE_STREAMS = QUICK ? 3 : 5 // staggered case: streams per lane, back to back (the first is not counted)
 const PER_EXCHANGE_N = QUICK ? 150 : 400
@@ -107,6 +112,17 @@ const PARSER_IDLE_MS = limitsSchema.parse({}).parserIdleMs
  * two run on the same allocator settings. Unless this process already has one.
  */
 const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARENA_MAX ?? '1' }
+
+/**
+ * Why the burst rows have no target. DESIGN.md's +1 / +4 ms is for N streams in flight (its
+ * reference pass-through: +0.86 / +1.9 ms at 32, +0.70 / +3.7 at 96; the issue's: +0.33 / +1.41
+ * and +0.34 / +2.08), what the staggered rows measure. N requests that arrive in the same
+ * millisecond on one vCPU are taken one after the other, so the last waits behind N - 1 ways in
+ * of whatever process serves them: at the bare pass-through's ~0.1 ms each, 96 of them are ~10
+ * ms, and it misses +1 / +4 in every run (docs/benchmarks.md). They are reported beside the
+ * pass-through, its difference being sluice's extra way in times the burst's size.
+ */
+const BURST_NOTE = 'burst rows: no target is reachable there by any process, the bare pass-through included (N arrivals in one ms wait behind N ways in on one vCPU); DESIGN.md\'s +1 / +4 ms is for N streams in flight, the staggered rows'
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 function within<T> (p: Promise<T>, ms: number): Promise<T | null> {
@@ -150,6 +166,33 @@ class Watchdog {
 let watchdog: Watchdog | null = null
 const quotas: Quota[] = []
 const tmp = mkdtempSync(join(tmpdir(), 'sluice-exchange-bench-'))
+
+/**
+ * The cores, as issue 15 measures: each gateway (sluice, the pass-through) under its 1-vCPU
+ * quota AND on core 0; the upstream (the sim) and the load generator (this process, every
+ * thread) on core 1. Without the placement the quota'd gateway floats over both cores and, in
+ * a burst of streams started together, takes turns with the sim and the load generator on
+ * whichever core it lands (a multi-threaded gateway more often: its V8 helper threads too),
+ * and the latency rows measure that contention more than the gateway. Needs two CPUs and a
+ * working taskset; otherwise nothing is pinned and the report says so.
+ */
+const PLACEMENT = ((): { gateway: string; others: string } | null => {
+  // The CPUs online, not availableParallelism(): that one honours this process's own affinity,
+  // which a caller's taskset may have narrowed (each child is given its core explicitly).
+  if (cpus().length < 2) return null
+  if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return null
+  return { gateway: '0', others: '1' }
+})()
+/** `cmd args` on the gateways' core (inside the quota's wrap). */
+function onGatewayCore (cmd: string, args: string[]): [string, string[]] {
+  return PLACEMENT === null ? [cmd, args] : ['taskset', ['-c', PLACEMENT.gateway, cmd, ...args]]
+}
+/** The load generator's own threads, on the others' core (taskset -a: every thread of this process). */
+function placeSelf (): string {
+  if (PLACEMENT === null) return 'not pinned (needs 2 CPUs and taskset)'
+  const r = spawnSync('taskset', ['-a', '-p', '-c', PLACEMENT.others, String(process.pid)])
+  return r.status === 0 ? `gateways on core ${PLACEMENT.gateway}; sim and load generator on core ${PLACEMENT.others}` : `load generator not pinned (taskset -a -p: exit ${r.status})`
+}
 
 function launch (name: string, command: [string, string[]], onLine: (line: string) => boolean, env: NodeJS.ProcessEnv = process.env): Child {
   const child = launchChild(name, command, onLine, { env })
@@ -237,7 +280,8 @@ const simTimes = new Map<string, { req?: bigint; first?: bigint }>()
 async function startSimProcess (): Promise<{ child: Child; url: string }> {
   let ready!: (url: string) => void
   const url = new Promise<string>((resolve) => { ready = resolve })
-  const child = launch('sim', [NODE, [join(HERE, 'exchange-sim.ts')]], (line) => {
+  const simCmd: [string, string[]] = PLACEMENT === null ? [NODE, [join(HERE, 'exchange-sim.ts')]] : ['taskset', ['-c', PLACEMENT.others, NODE, join(HERE, 'exchange-sim.ts')]]
+  const child = launch('sim', simCmd, (line) => {
     let j: { url?: string; req?: string; first?: string; end?: string; outcome?: string; eventsSent?: number; t?: string }
     try { j = JSON.parse(line) } catch { return false }
     if (j.url !== undefined) ready(j.url)
@@ -258,7 +302,7 @@ async function startSimProcess (): Promise<{ child: Child; url: string }> {
 async function startPassthrough (simUrl: string, quota: Quota): Promise<{ child: Child; port: number }> {
   let ready!: (port: number) => void
   const port = new Promise<number>((resolve) => { ready = resolve })
-  const child = launch('pass-through', quota.wrap(NODE, [join(HERE, 'exchange-passthrough.ts'), simUrl]), (line) => {
+  const child = launch('pass-through', quota.wrap(...onGatewayCore(NODE, [join(HERE, 'exchange-passthrough.ts'), simUrl])), (line) => {
     try { ready((JSON.parse(line) as { port: number }).port); return true } catch { return false }
   }, { ...process.env, ...MALLOC_ENV })
   const got = await Promise.race([port, child.exited.then(() => null), sleep(15_000).then(() => null)])
@@ -297,7 +341,7 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
     const t0 = performance.now()
-    const child = launch(name, quota.wrap(NODE, [...NODE_FLAGS, ...nodeFlags, bin, 'serve', '--config', file]), (line) => {
+    const child = launch(name, quota.wrap(...onGatewayCore(NODE, [...NODE_FLAGS, ...nodeFlags, bin, 'serve', '--config', file])), (line) => {
       if (!line.includes('"sluice ready"')) return false
       const j = JSON.parse(line) as { port: number; startMs: number }
       ready({ port: j.port, startMs: j.startMs, at: performance.now() })
@@ -584,6 +628,8 @@ function table (rows: string[][]): string {
 
 const loadavg = (): string => { try { return readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ') } catch { return '?' } }
 let loadBefore = '?'
+let placement = '?'
+let host = '?'
 
 async function main (): Promise<void> {
   if (!SOURCES) {
@@ -591,6 +637,8 @@ async function main (): Promise<void> {
     if (b.status !== 0) throw new Error('the build (scripts/build.ts) failed')
   }
   loadBefore = loadavg()
+  host = machine() // before placeSelf(): nproc counts the CPUs this process may use
+  placement = placeSelf()
   const tag = `sluice-exchange-bench-${process.pid}`
   const qGw = makeQuota(`${tag}-gw`); quotas.push(qGw)
   const qPass = makeQuota(`${tag}-pass`); quotas.push(qPass)
@@ -648,20 +696,23 @@ async function main (): Promise<void> {
   const lat: Record<number, Record<PathKey, Lat>> = {}
   const peak96 = { sluice: NaN, pass: NaN, sluiceDefault: NaN }
   // CPU time / wall time of each path's own 96-stream rounds
-  const share96 = { pass: { cpu: 0, wall: 0 }, sluice: { cpu: 0, wall: 0 } }
+  const share96 = { pass: { cpu: 0, wall: 0, rounds: [] as number[] }, sluice: { cpu: 0, wall: 0, rounds: [] as number[] } }
   for (const c of CONCURRENCY) {
     lat[c] = { direct: newLat(), pass: newLat(), sluice: newLat() }
     for (const p of paths) { await round(p.origin, c, LATENCY_BODY); await sleep(30) } // warm-up: connections on every hop
     if (c === 96) sampler.window()
-    const rounds = c === 1 ? C1_ROUNDS : C_ROUNDS
+    const rounds = c === 1 ? C1_ROUNDS : c === 96 ? C96_ROUNDS : C_ROUNDS
     for (let r = 0; r < rounds; r++) {
       for (const p of paths) {
         const cpu0 = p.pid === null ? null : threadCpuNs(p.pid)
         const t0 = performance.now()
         record(lat[c][p.key], await round(p.origin, c, LATENCY_BODY))
         if (c === 96 && p.key !== 'direct') {
-          share96[p.key].cpu += cpuMsSince(p.pid!, cpu0!)
-          share96[p.key].wall += performance.now() - t0
+          const cpu = cpuMsSince(p.pid!, cpu0!)
+          const wall = performance.now() - t0
+          share96[p.key].cpu += cpu
+          share96[p.key].wall += wall
+          share96[p.key].rounds.push(cpu / wall)
         }
         await sleep(30)
       }
@@ -729,7 +780,11 @@ async function main (): Promise<void> {
       target ? verdict([['p50', s50, target[0], ' ms'], ['p99', s99, target[1], ' ms']]) : '',
     ])
   }
-  for (const c of CONCURRENCY) latRow('ttfb', c, c === 1 ? undefined : [1, 4])
+  // The +1 / +4 target is DESIGN.md's and the issue's figure for N streams in flight, which
+  // is what the staggered rows measure (their reference pass-through figures, +0.33 to +0.86 ms
+  // p50, are out of reach of any process in a burst: see BURST_NOTE). Bursts are reported
+  // beside, against the pass-through.
+  for (const c of CONCURRENCY) latRow('ttfb', c)
   for (const c of [32, 96]) latRow('ttfb', c, [1, 4], true)
   for (const c of [32, 96]) {
     // Where the staggered TTFB goes: to the sim, in the sim, back (p50 of each part, ms).
@@ -787,11 +842,12 @@ async function main (): Promise<void> {
   const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => paths.map((p) => stag[c][p.key].firstError)), latDefault.firstError].find((e) => e !== undefined)
 
   const q = (name: string, quota: Quota, ok: boolean, thr: string) => `${name}: ${quota.detail} ${ok ? 'held' : 'DID NOT HOLD'}${thr ? ` (${thr})` : ''}`
-  console.log(`exchange bench — Node ${process.versions.node}, ${machine()}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures)`)
+  console.log(`exchange bench — Node ${process.versions.node}, ${host}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures)`)
   console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('sluice default-limits', qDef, held.sluiceDefault, throttled.sluiceDefault)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
   if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
+  console.log(`cores: ${placement}`)
   console.log('upstream: the sim (startSim) in its own process, outside the quota; load: undici Agent in the bench process, outside the quota')
-  console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32/@96 ${C_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
+  console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32 ${C_ROUNDS}, @96 ${C96_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
   console.log(`staggered: N lanes started 500/N ms apart, ${LANE_STREAMS} streams each back to back (first not counted): ~N in flight, arriving one by one`)
   console.log('@96: sluice with limits.maxActiveExchanges=128 and upstream.connections=128 (defaults 32 and 64); "default limits" = a second sluice with the default config')
   console.log('')
@@ -807,21 +863,22 @@ async function main (): Promise<void> {
   const share = (k: 'pass' | 'sluice') => 100 * share96[k].cpu / share96[k].wall
   const issue: string[][] = [['figure', 'pass-through', 'sluice', 'target', 'sluice vs target']]
   for (const c of [32, 96]) {
-    const [p50, p99] = added(lat, c, 'pass')
-    const [s50, s99] = added(lat, c, 'sluice')
-    issue.push([`added TTFB p50 / p99, ${c} streams (started together)`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
-  }
-  for (const c of [32, 96]) {
     const [p50, p99] = added(stag, c, 'pass')
     const [s50, s99] = added(stag, c, 'sluice')
-    issue.push([`  ${c} streams, arrivals staggered`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
+    issue.push([`added TTFB p50 / p99, ${c} streams in flight (arrivals staggered)`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
     const split = (k: PathKey) => {
       const d = stag[c].direct
       return `${plus(pct(stag[c][k].up, 50) - pct(d.up, 50))} / ${plus(pct(stag[c][k].down, 50) - pct(d.down, 50))} ms`
     }
-    issue.push(['    ...of it, added p50 on the way to the provider / on the way back', split('pass'), split('sluice'), '', ''])
+    issue.push(['  ...of it, added p50 on the way to the provider / on the way back', split('pass'), split('sluice'), '', ''])
   }
-  issue.push(['CPU share while relaying 96 streams', `${f(share('pass'))} %`, `${f(share('sluice'))} %`, '<= 1.3x the pass-through', `${f(share('sluice') / share('pass'))}x: ${share('sluice') / share('pass') <= 1.3 ? 'met' : 'MISSED'}`])
+  for (const c of [32, 96]) {
+    const [p50, p99] = added(lat, c, 'pass')
+    const [s50, s99] = added(lat, c, 'sluice')
+    issue.push([`  ${c} streams started in the same ms (a burst)`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, 'none reachable (BURST_NOTE)', `sluice - pass-through: ${plus(s50 - p50)} / ${plus(s99 - p99)} ms`])
+  }
+  const sharePaired = pairedRatio(share96.pass.rounds, share96.sluice.rounds)
+  issue.push(['CPU share while relaying 96 streams', `${f(share('pass'))} %`, `${f(share('sluice'))} %`, '<= 1.3x the pass-through', `${f(share('sluice') / share('pass'))}x (per round ${f(sharePaired.median)}x [${f(sharePaired.lo)}..${f(sharePaired.hi)}]): ${share('sluice') / share('pass') <= 1.3 ? 'met' : 'MISSED'}`])
   const k1 = { pass: cpuPer1k(tp.pass), sluice: cpuPer1k(tp.sluice) }
   const k1paired = pairedRatio(tp.pass.blocks, tp.sluice.blocks)
   issue.push([`relay CPU per 1000 events (2000-event streams, 1 and ${TP_PAR} parallel)`, `${f(k1.pass)} ms`, `${f(k1.sluice)} ms (${f(tp.sluice.parEps / 1000)}k events/s at ${TP_PAR})`, '<= 1.5x the pass-through', `${f(k1.sluice / k1.pass)}x (per block ${f(k1paired.lo)}-${f(k1paired.hi)}x): ${k1.sluice / k1.pass <= 1.5 ? 'met' : 'MISSED'}`])
@@ -832,6 +889,7 @@ async function main (): Promise<void> {
   console.log('')
   console.log(`issue 15 table (one run; sluice = ${SOURCES ? 'the .ts sources' : 'compiled dist/'}, 1 HTTP worker, MALLOC_ARENA_MAX=${MALLOC_ENV.MALLOC_ARENA_MAX} for both, maxActiveExchanges 128, upstream.connections 128; each under its own 1-vCPU quota; load average before ${loadBefore}, after ${loadavg()}):`)
   console.log(table(issue))
+  console.log(BURST_NOTE)
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
 }
 
