@@ -75,7 +75,11 @@ export class Background {
     this.#drainLater(Infinity)
   }
 
+  /** Exchanges tracked so far (the idle collector's activity count: one that moved is not idle). */
+  started = 0
+
   track (p: Promise<unknown>): void {
+    this.started++
     this.exchanges.add(p)
     void p.finally(() => this.exchanges.delete(p))
   }

@@ -58,6 +58,13 @@ export const limitsSchema = z.strictObject({
   workerHeapMb: int(16).default(128),
   /** Measured (docs/benchmarks.md): 4 MiB relays with less CPU and ~11 MB less RSS than 16. */
   workerYoungGenMb: int(1).default(4),
+  /**
+   * An HTTP worker that has started no exchange, had none in flight and stayed under 2 % busy
+   * for this long collects its heap once (a full GC), and the process trims malloc: its memory
+   * after a burst goes back. Not sooner: a collection with no exchange alive costs the next
+   * burst (src/idle-gc.ts). 0: never (the heap stays at what the last burst grew it to).
+   */
+  workerIdleCollectMs: int(0).default(30_000),
   /** Admission refuses with worker_heap_exhausted above this fraction of the heap limit. */
   workerHeapAdmitFraction: z.number().gt(0).max(1).default(0.85),
   parserHeapMb: int(16).default(256),

@@ -12,7 +12,7 @@ import { HAS_GLIBC as glibc } from '../helpers/platform.ts'
 
 let rig: Rig
 t.before(async () => {
-  rig = await startRig({ workers: 1, limits: { parserIdleMs: 400, inWorkerParseBytes: 16 * 1024 }, telemetry: { logLevel: 'debug' } })
+  rig = await startRig({ workers: 1, limits: { parserIdleMs: 400, inWorkerParseBytes: 16 * 1024, workerIdleCollectMs: 1000 }, telemetry: { logLevel: 'debug' } })
 })
 t.teardown(() => rig.close())
 

@@ -17,6 +17,51 @@ t.test('a window with work in flight is not idle, whatever its utilisation, and 
     'in flight: no collection; the first idle window after it collects; in flight again, then idle: once more')
 })
 
+t.test('with a quiet period: no collection until the thread has been idle for all of it', async (t) => {
+  const d = new IdleDecider(0.02, 30_000)
+  // One window every 5 s; busy at t=0 (start-up), then idle.
+  const at = (u: number, now: number) => d.tick(u, false, 0, now)
+  t.equal(at(0.5, 0), false, 'busy')
+  t.same([5_000, 10_000, 15_000, 20_000, 25_000].map((now) => at(0.001, now)), [false, false, false, false, false], 'idle, but for less than 30 s')
+  t.equal(at(0.001, 30_000), true, 'idle for 30 s: collect')
+  t.same([35_000, 60_000, 600_000].map((now) => at(0.001, now)), [false, false, false], 'once per idle period')
+  t.equal(at(0.3, 605_000), false, 'busy again')
+  t.equal(at(0.001, 630_000), false, '25 s after: not yet')
+  t.equal(at(0.001, 635_000), true, '30 s after: once more')
+})
+
+t.test('work counted by activity makes a window busy, however little time it took', async (t) => {
+  const d = new IdleDecider(0.02, 10_000)
+  // An exchange every few seconds, each far under 2 % of a window: the count moves.
+  t.same([[1, 5_000], [2, 10_000], [3, 15_000], [3, 20_000], [4, 25_000]].map(([n, now]) => d.tick(0.001, false, n, now)),
+    [false, false, false, false, false], 'exchanges keep coming: never 10 s quiet')
+  t.equal(d.tick(0.001, false, 4, 30_000), false, '5 s after the last one: not yet')
+  t.equal(d.tick(0.001, false, 4, 35_000), true, '10 s after it: collect')
+  t.equal(d.tick(0.001, false, 5, 40_000), false, 'one more exchange')
+  t.equal(d.tick(0.001, false, 5, 45_000), false, 'quiet for 5 s')
+  t.equal(d.tick(0.001, true, 5, 50_000), false, 'in flight: busy')
+  t.equal(d.tick(0.001, false, 5, 55_000), false, '5 s after the in-flight window')
+  t.equal(d.tick(0.001, false, 5, 60_000), true, 'and 10 s: collect')
+})
+
+t.test('the collector reads activity and the clock: a moving count holds the collection off', async (t) => {
+  const keepAlive = setInterval(() => {}, 1000)
+  let n = 0
+  let collected = 0
+  const stop = startIdleCollector({ everyMs: 10, idleBelow: 1.01, quietMs: 60, activity: () => n, collect: async () => {}, onCollect: () => { collected++ } })
+  const moving = setInterval(() => { n++ }, 5)
+  await new Promise((r) => setTimeout(r, 300))
+  t.equal(collected, 0, `no collection while the count moves (${n} exchanges)`)
+  clearInterval(moving)
+  const stoppedAt = performance.now()
+  for (let i = 0; i < 200 && collected === 0; i++) await new Promise((r) => setTimeout(r, 5))
+  const after = performance.now() - stoppedAt
+  stop()
+  clearInterval(keepAlive)
+  t.equal(collected, 1, 'one collection once it stopped')
+  t.ok(after >= 60, `not before the quiet period (${after.toFixed(0)} ms)`)
+})
+
 t.test('the collector asks inFlight at every window: while it says yes, nothing is collected', async (t) => {
   const keepAlive = setInterval(() => {}, 1000)
   let asked = 0
