@@ -15,7 +15,7 @@
 // the provider p50 0.85-1.48 ms after each idle collection against 0.72-1.04 with blocks
 // 0.3 s apart, the bare pass-through 0.62-0.83 either way; in the exchange bench (one stream
 // at a time kept the worker under 2 % busy, so it collected again and again) the CPU share at
-// 96 streams went from 1.19-1.31x the pass-through's to 1.05-1.16x. So a worker whose callers
+// 96 streams went from 1.19-1.31x the pass-through's to 1.05-1.17x. So a worker whose callers
 // pause for seconds (tools running, a human reading) keeps its heap warm between their
 // exchanges, and gives the memory back once it has been quiet for the whole period.
 // The collection is the inspector protocol's HeapProfiler.collectGarbage on
