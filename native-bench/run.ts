@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url'
 
 const dir = fileURLToPath(new URL('.', import.meta.url))
 /** Per benchmark; a benchmark that runs longer is killed and counted as crashed. The longest,
- *  exchange.bench.ts, takes ~3.5 min on a 2-core host (its 96-stream rounds and staggered
+ *  exchange.bench.ts, takes ~4 min on a 2-core host (its 96-stream rounds and staggered
  *  blocks are many so that the CPU-share and p99 rows rest on enough samples). */
 const TIME_BOUND_MS = 360_000
 
