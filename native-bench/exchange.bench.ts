@@ -64,7 +64,7 @@ import { fileURLToPath } from 'node:url'
 import { Agent, type Dispatcher } from 'undici'
 import { limitsSchema } from '../src/config/schema.ts'
 import { NODE_FLAGS } from '../src/node-flags.ts'
-import { alive, cpuMsSince, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
+import { alive, cpuMsSince, launchChild, machine, makeQuota, rssMb, RssSampler, stopChild, tasksetQuota, threadCpuNs, type Child, type Quota } from './exchange-os.ts'
 
 const args = process.argv.slice(2)
 const QUICK = args.includes('--quick')
@@ -188,13 +188,12 @@ const tmp = mkdtempSync(join(tmpdir(), 'sluice-exchange-bench-'))
 const PLACEMENT = ((): { gateway: string; others: string } | null => {
   // The CPUs online, not availableParallelism(): that one honours this process's own affinity,
   // which a caller's taskset may have narrowed (each child is given its core explicitly).
-  if (cpus().length < 2) return null
-  if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return null
+  if (cpus().length < 2 || tasksetQuota() === null) return null
   return { gateway: '0', others: '1' }
 })()
-/** `cmd args` on the gateways' core (inside the quota's wrap). */
-function onGatewayCore (cmd: string, args: string[]): [string, string[]] {
-  return PLACEMENT === null ? [cmd, args] : ['taskset', ['-c', PLACEMENT.gateway, cmd, ...args]]
+/** `cmd args` on one of PLACEMENT's cores (the gateways' inside their quota's wrap); as it is without a placement. */
+function onCore (core: 'gateway' | 'others', cmd: string, args: string[]): [string, string[]] {
+  return PLACEMENT === null ? [cmd, args] : ['taskset', ['-c', PLACEMENT[core], cmd, ...args]]
 }
 /** The load generator's own threads, on the others' core (taskset -a: every thread of this process). */
 function placeSelf (): string {
@@ -289,8 +288,7 @@ const simTimes = new Map<string, { req?: bigint; first?: bigint }>()
 async function startSimProcess (): Promise<{ child: Child; url: string }> {
   let ready!: (url: string) => void
   const url = new Promise<string>((resolve) => { ready = resolve })
-  const simCmd: [string, string[]] = PLACEMENT === null ? [NODE, [join(HERE, 'exchange-sim.ts')]] : ['taskset', ['-c', PLACEMENT.others, NODE, join(HERE, 'exchange-sim.ts')]]
-  const child = launch('sim', simCmd, (line) => {
+  const child = launch('sim', onCore('others', NODE, [join(HERE, 'exchange-sim.ts')]), (line) => {
     let j: { url?: string; req?: string; first?: string; end?: string; outcome?: string; eventsSent?: number; t?: string }
     try { j = JSON.parse(line) } catch { return false }
     if (j.url !== undefined) ready(j.url)
@@ -311,7 +309,7 @@ async function startSimProcess (): Promise<{ child: Child; url: string }> {
 async function startPassthrough (simUrl: string, quota: Quota): Promise<{ child: Child; port: number }> {
   let ready!: (port: number) => void
   const port = new Promise<number>((resolve) => { ready = resolve })
-  const child = launch('pass-through', quota.wrap(...onGatewayCore(NODE, [join(HERE, 'exchange-passthrough.ts'), simUrl])), (line) => {
+  const child = launch('pass-through', quota.wrap(...onCore('gateway', NODE, [join(HERE, 'exchange-passthrough.ts'), simUrl])), (line) => {
     try { ready((JSON.parse(line) as { port: number }).port); return true } catch { return false }
   }, { ...process.env, ...MALLOC_ENV })
   const got = await Promise.race([port, child.exited.then(() => null), sleep(15_000).then(() => null)])
@@ -350,7 +348,7 @@ async function startSluice (name: string, simUrl: string, extra: Record<string, 
     let ready!: (v: { port: number; startMs: number; at: number }) => void
     const readyP = new Promise<{ port: number; startMs: number; at: number }>((resolve) => { ready = resolve })
     const t0 = performance.now()
-    const child = launch(name, quota.wrap(...onGatewayCore(NODE, [...NODE_FLAGS, ...nodeFlags, bin, 'serve', '--config', file])), (line) => {
+    const child = launch(name, quota.wrap(...onCore('gateway', NODE, [...NODE_FLAGS, ...nodeFlags, bin, 'serve', '--config', file])), (line) => {
       if (!line.includes('"sluice ready"')) return false
       const j = JSON.parse(line) as { port: number; startMs: number }
       ready({ port: j.port, startMs: j.startMs, at: performance.now() })

@@ -63,10 +63,9 @@ try {
   // What the start does not need is loaded now that the worker serves: piscina, for the parser
   // pool's first thread (src/json/pool.ts load()).
   setImmediate(() => { app.exchange.parser.load() })
-  // Once quiet after a burst, one full GC gives the heap the burst grew back (src/idle-gc.ts);
-  // then the primary trims malloc's arenas (src/malloc-trim.ts) for what the GC freed there.
-  // Only after limits.workerIdleCollectMs without an exchange (src/idle-gc.ts: a collection
-  // with none alive costs the next burst).
+  // Once quiet for limits.workerIdleCollectMs after a burst (not sooner: a collection with no
+  // exchange alive costs the next ones), one full GC gives the heap the burst grew back
+  // (src/idle-gc.ts); then the primary trims malloc's arenas (src/malloc-trim.ts) for what the GC freed there.
   const quietMs = boot.config.limits.workerIdleCollectMs
   const background = app.exchange.background
   if (quietMs > 0) startIdleCollector({ quietMs, everyMs: Math.min(5000, quietMs), activity: () => background.started, inFlight: () => ledger.exchange.heldByMe > 0, onCollect: () => send({ type: 'released', why: 'idle-collection' }) })
