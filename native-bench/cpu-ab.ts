@@ -70,8 +70,13 @@ const { line: simLine } = await launch('sim', '1', [NODE, join(HERE, 'exchange-s
 const simUrl = (JSON.parse(simLine) as { url: string }).url
 const targets: Target[] = []
 for (const [i, spec] of SPEC.split('|').entries()) {
-  const [name, entry, envs = ''] = spec.split(':')
-  const extra: Record<string, string> = Object.fromEntries(envs.split(',').filter(Boolean).map((kv) => kv.split('=') as [string, string]))
+  // name:entry[:ENV=V,...]: the environment part may hold colons (LIMITS's JSON)
+  const [name, entry, ...rest] = spec.split(':')
+  const envs = rest.join(':')
+  const extra: Record<string, string> = Object.fromEntries(envs.split(',').filter(Boolean).map((kv) => {
+    const eq = kv.indexOf('=')
+    return [kv.slice(0, eq), kv.slice(eq + 1)]
+  }))
   const limits = extra.LIMITS !== undefined ? JSON.parse(extra.LIMITS) as Record<string, unknown> : {}
   delete extra.LIMITS
   let started
