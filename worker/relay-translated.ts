@@ -28,6 +28,7 @@ import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { transportError } from './upstream.ts'
 import { pumpChunks, STOP, type ChunkStep } from '../src/net/chunks.ts'
+import { writeBody } from '../src/net/body-write.ts'
 
 /** No client bytes (shared, never written to). */
 const NOTHING: Buffer[] = []
@@ -158,7 +159,7 @@ export async function relayTranslatedStream (ctx: TranslatedContext): Promise<Ou
     if (out.length === 0) return true
     const b = out.length === 1 ? out[0] : Buffer.concat(out)
     bytesOut += b.length
-    return res.write(b)
+    return writeBody(res, b)
   }
   // The chunk in hand: its frames' client bytes, and whether an oversize frame came.
   let out: Buffer[] = NOTHING

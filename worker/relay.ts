@@ -29,6 +29,7 @@ import { failureRecord } from './reply.ts'
 import type { ExchangeScope } from './scope.ts'
 import { responseHeaders, transportError } from './upstream.ts'
 import { pumpChunks, STOP, type ChunkStep } from '../src/net/chunks.ts'
+import { writeBody } from '../src/net/body-write.ts'
 
 export interface Outcome { code: ErrorCode | 'ok' }
 
@@ -60,6 +61,7 @@ interface RelayContext {
  */
 export class ClientDrain {
   readonly #res: ServerResponse
+  #socket: ServerResponse['socket'] = null
   readonly #signal: AbortSignal
   readonly #stallMs: number
   #timer: NodeJS.Timeout | null = null
@@ -79,6 +81,10 @@ export class ClientDrain {
     if (this.#signal.aborted) return Promise.reject(abortCause(this.#signal))
     if (this.#timer === null) {
       this.#res.on('drain', this.#onDrain)
+      // A chunk written straight on the socket (writeBody) is waited for there: the response
+      // re-emits the socket's 'drain' only after a write of its own was refused.
+      this.#socket = this.#res.socket ?? null
+      this.#socket?.on('drain', this.#onDrain)
       this.#res.on('error', this.#onFail)
       this.#signal.addEventListener('abort', this.#onFail)
       // The timer was last armed when the pending wait (if any) began: firing, it has lasted stallMs.
@@ -99,6 +105,7 @@ export class ClientDrain {
     if (this.#timer === null) return
     clearTimeout(this.#timer)
     this.#res.off('drain', this.#onDrain)
+    this.#socket?.off('drain', this.#onDrain)
     this.#res.off('error', this.#onFail)
     this.#signal.removeEventListener('abort', this.#onFail)
   }
@@ -164,9 +171,9 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       // Nothing held back (the usual case): the chunk goes out as it is, or its first n bytes
       // do and the rest waits. No array op: a push after a shift() regrows the array's store,
       // which was ~4 % of all this worker allocated at 96 streams (sampled heap profile).
-      if (n === chunk.length) { bytesOut += n; return res.write(chunk) }
+      if (n === chunk.length) { bytesOut += n; return writeBody(res, chunk) }
       let ok = true
-      if (n > 0) { bytesOut += n; ok = res.write(chunk.subarray(0, n)) }
+      if (n > 0) { bytesOut += n; ok = writeBody(res, chunk.subarray(0, n)) }
       pending.push(n > 0 ? chunk.subarray(n) : chunk)
       pendingBytes = chunk.length - n
       return ok
@@ -182,7 +189,7 @@ export async function relayStream (ctx: RelayContext): Promise<Outcome> {
       left -= out.length
       pendingBytes -= out.length
       bytesOut += out.length
-      ok = res.write(out)
+      ok = writeBody(res, out)
     }
     return ok
   }
