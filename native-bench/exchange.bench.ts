@@ -131,6 +131,7 @@ const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARE
  * ms, and it misses +1 / +4 in every run (docs/benchmarks.md). They are reported beside the
  * pass-through, its difference being sluice's extra way in times the burst's size.
  */
+const STALL_NOTE = 'p99 rows: the 1 % tail of ~1,150 arrivals is set by the host: a core that does not run for a few ms (STALL_PROBE_MS) delays every arrival in that window, on any path, and a gateway path crosses both cores where the direct one crosses one'
 const BURST_NOTE = 'burst rows: no target is reachable there by any process, the bare pass-through included (N arrivals in one ms wait behind N ways in on one vCPU); DESIGN.md\'s +1 / +4 ms is for N streams in flight, the staggered rows'
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -201,6 +202,36 @@ function placeSelf (): string {
   const r = spawnSync('taskset', ['-a', '-p', '-c', PLACEMENT.others, String(process.pid)])
   return r.status === 0 ? `gateways on core ${PLACEMENT.gateway}; sim and load generator on core ${PLACEMENT.others}` : `load generator not pinned (taskset -a -p: exit ${r.status})`
 }
+
+/**
+ * The host's own stalls, measured before anything else runs: one busy loop per core for
+ * STALL_PROBE_MS, each noting every gap of more than 1 ms between two clock reads (the core
+ * did not run the loop: the hypervisor, an interrupt, another task). On this kind of host the
+ * tail of the latency rows is those stalls more than any gateway (STALL_NOTE).
+ */
+const STALL_PROBE_MS = 3000
+const STALL_LOOP = `const end = performance.now() + ${STALL_PROBE_MS}; let last = performance.now(); const g = []
+for (;;) { const t = performance.now(); if (t - last > 1) g.push(t - last); last = t; if (t > end) break }
+console.log(JSON.stringify(g))`
+interface Stalls { core: string; gaps: number[] }
+async function hostStalls (): Promise<Stalls[]> {
+  const cores = PLACEMENT === null ? ['any'] : [PLACEMENT.gateway, PLACEMENT.others]
+  return await Promise.all(cores.map((core) => new Promise<Stalls>((resolve) => {
+    const [cmd, argv] = core === 'any' ? [NODE, ['-e', STALL_LOOP]] : ['taskset', ['-c', core, NODE, '-e', STALL_LOOP]]
+    const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'ignore'] })
+    let out = ''
+    p.stdout!.on('data', (d: Buffer) => { out += d.toString() })
+    p.on('close', () => {
+      let gaps: number[] = []
+      try { gaps = JSON.parse(out) } catch {}
+      resolve({ core, gaps })
+    })
+  })))
+}
+const stallLine = (ss: Stalls[]): string => ss.map(({ core, gaps }) => {
+  const top = [...gaps].sort((a, b) => b - a)
+  return `core ${core}: ${gaps.length} gaps > 1 ms in ${STALL_PROBE_MS / 1000} s (${f(gaps.length * 1000 / STALL_PROBE_MS)}/s), longest ${top.slice(0, 3).map(f).join(', ') || '-'} ms`
+}).join('; ')
 
 function launch (name: string, command: [string, string[]], onLine: (line: string) => boolean, env: NodeJS.ProcessEnv = process.env): Child {
   const child = launchChild(name, command, onLine, { env })
@@ -637,6 +668,7 @@ const loadavg = (): string => { try { return readFileSync('/proc/loadavg', 'utf8
 let loadBefore = '?'
 let placement = '?'
 let host = '?'
+let stalls: Stalls[] = []
 
 async function main (): Promise<void> {
   if (!SOURCES) {
@@ -646,6 +678,7 @@ async function main (): Promise<void> {
   loadBefore = loadavg()
   host = machine() // before placeSelf(): nproc counts the CPUs this process may use
   placement = placeSelf()
+  stalls = await hostStalls()
   const tag = `sluice-exchange-bench-${process.pid}`
   const qGw = makeQuota(`${tag}-gw`); quotas.push(qGw)
   const qPass = makeQuota(`${tag}-pass`); quotas.push(qPass)
@@ -861,6 +894,7 @@ async function main (): Promise<void> {
   console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('sluice default-limits', qDef, held.sluiceDefault, throttled.sluiceDefault)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
   if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
   console.log(`cores: ${placement}`)
+  console.log(`host stalls, idle, before the run: ${stallLine(stalls)}`)
   console.log('upstream: the sim (startSim) in its own process, outside the quota; load: undici Agent in the bench process, outside the quota')
   console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32 ${C_ROUNDS}, @96 ${C96_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
   console.log(`staggered: N lanes started 500/N ms apart, ${LANE_STREAMS} streams each back to back (first not counted): ~N in flight, arriving one by one`)
@@ -910,6 +944,8 @@ async function main (): Promise<void> {
   console.log(`issue 15 table (one run; sluice = ${SOURCES ? 'the .ts sources' : 'compiled dist/'}, 1 HTTP worker, MALLOC_ARENA_MAX=${MALLOC_ENV.MALLOC_ARENA_MAX} for both, maxActiveExchanges 128, upstream.connections 128; each under its own 1-vCPU quota; load average before ${loadBefore}, after ${loadavg()}):`)
   console.log(table(issue))
   console.log(BURST_NOTE)
+  console.log(STALL_NOTE)
+  console.log(`  this run, idle, before anything started: ${stallLine(stalls)}`)
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
 }
 
