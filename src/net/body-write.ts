@@ -9,6 +9,15 @@
 // exchange, 49 % under res.write). Here the size line, the chunk and the CRLF are copied into
 // one buffer and written on the socket: one write, the same bytes on the wire.
 //
+// What res.write's tick is for stays: the writes of one turn of the loop leave together. The
+// first write on an uncorked socket corks it, and the socket is uncorked at the end of the turn
+// (the next microtask checkpoint: one promise reaction for every socket corked in that turn),
+// so chunks that come together (one provider read holding several, at throughput) go out in one
+// writev: 9.3 write syscalls per 2000-event exchange, as with res.write, against 23 when each
+// went out alone. At 96 streams of 50 events (one worker, 3264 exchanges): V8 scavenges 414
+// with res.write, 313 now (257 uncorked); CPU per exchange ~0.88x res.write's (paired cpu-ab,
+// two processes of each).
+//
 // Only when the response is in the plain state where res.write would do exactly that: chunked,
 // its header already on the socket (`_headerSent`: Node sends the header with the first write,
 // so the first chunk always goes through res.write), the socket its own and writable, nothing
@@ -21,10 +30,17 @@
 
 import type { ServerResponse } from 'node:http'
 
-/** Above this many bytes a chunk goes through res.write (a writev of it is cheaper than a copy). */
-export const DIRECT_WRITE_MAX = 16 * 1024
+/**
+ * Above this many bytes a chunk goes through res.write. Up to it the frame (chunk + size line +
+ * two CRLFs, at most 16 bytes more) is a slice of Buffer's shared pool (allocUnsafe below half
+ * of Buffer.poolSize); a larger one would be an ArrayBuffer of its own, malloc'd and counted as
+ * V8 external memory per chunk, and at throughput (2000-event streams, chunks of several KiB)
+ * that cost more than the four writes it saves.
+ */
+export const DIRECT_WRITE_MAX = (Buffer.poolSize >>> 1) - 16
 
 const HEX = '0123456789abcdef'
+const RESOLVED = Promise.resolve()
 
 /**
  * Writes `chunk` (non-empty) as the next chunk of `res`'s body. Returns what res.write would:
@@ -48,5 +64,25 @@ export function writeBody (res: ServerResponse, chunk: Buffer): boolean {
   chunk.copy(frame, digits + 2)
   frame[digits + 2 + n] = 13
   frame[digits + 3 + n] = 10
+  if (socket.writableCorked === 0) {
+    socket.cork()
+    if (corked.length === 0) void RESOLVED.then(endTurn)
+    corked.push(socket)
+  }
   return socket.write(frame)
+}
+
+type Sock = NonNullable<ServerResponse['socket']>
+/** The sockets corked in this turn (the other array is the spare: no allocation per turn). */
+let corked: Sock[] = []
+let spare: Sock[] = []
+
+function endTurn (): void {
+  const list = corked
+  corked = spare // a socket corked while these uncork starts the next turn's list
+  // Each was corked once here; uncorked once (one that res.end() already uncorked fully, or that
+  // was destroyed, only has nothing left to send).
+  for (let i = 0; i < list.length; i++) if (list[i].writableCorked > 0) list[i].uncork()
+  list.length = 0
+  spare = list
 }

@@ -182,3 +182,38 @@ t.test('a full socket: writeBody says so, and a ClientDrain wait ends on the soc
   t.equal(body.length, 'start;'.length + written + 'drained'.length, 'every byte arrived')
   t.ok(body.toString('latin1').endsWith('drained'), 'the wait ended on the drain, not a stall or an error')
 })
+
+t.test('chunks written in one turn leave in one writev, and the socket is uncorked at the turn\'s end', async (t) => {
+  const seen: Array<{ turn: string, writev: number, write: number, corkedAfter: number }> = []
+  const port = await serve(t, async (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write('head;')
+    await tick()
+    const socket = res.socket!
+    const count = { writev: 0, write: 0 }
+    const wv = socket._writev!
+    const w = socket._write
+    socket._writev = function (this: Socket, ...a: Parameters<NonNullable<Socket['_writev']>>) { count.writev++; return wv.apply(this, a) }
+    socket._write = function (this: Socket, ...a: Parameters<Socket['_write']>) { count.write++; return w.apply(this, a) }
+    const turn = async (name: string, n: number) => {
+      count.writev = 0
+      count.write = 0
+      for (let i = 0; i < n; i++) writeBody(res, Buffer.from(`${name}${i};`))
+      const corkedIn = socket.writableCorked
+      await Promise.resolve() // the turn's end: the microtask checkpoint
+      await tick()
+      seen.push({ turn: `${name} (corked during it: ${corkedIn})`, writev: count.writev, write: count.write, corkedAfter: socket.writableCorked })
+    }
+    await turn('five', 5)
+    await turn('one', 1)
+    socket._writev = wv
+    socket._write = w
+    res.end()
+  })
+  const [body] = decodeChunked(await exchangeRaw(port, REQ('/'), ENDS(1)))
+  t.equal(body.toString(), 'head;five0;five1;five2;five3;five4;one0;')
+  t.same(seen, [
+    { turn: 'five (corked during it: 1)', writev: 1, write: 0, corkedAfter: 0 },
+    { turn: 'one (corked during it: 1)', writev: 0, write: 1, corkedAfter: 0 },
+  ], 'five chunks in one writev, one chunk in one write; never left corked')
+})
