@@ -131,7 +131,6 @@ const MALLOC_ENV: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: process.env.MALLOC_ARE
  * ms, and it misses +1 / +4 in every run (docs/benchmarks.md). They are reported beside the
  * pass-through, its difference being sluice's extra way in times the burst's size.
  */
-const STALL_NOTE = 'p99 rows: the 1 % tail of ~1,150 arrivals is set by the host: a core that does not run for a few ms (STALL_PROBE_MS) delays every arrival in that window, on any path, and a gateway path crosses both cores where the direct one crosses one'
 const BURST_NOTE = 'burst rows: no target is reachable there by any process, the bare pass-through included (N arrivals in one ms wait behind N ways in on one vCPU); DESIGN.md\'s +1 / +4 ms is for N streams in flight, the staggered rows'
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -210,14 +209,17 @@ function placeSelf (): string {
  * tail of the latency rows is those stalls more than any gateway (STALL_NOTE).
  */
 const STALL_PROBE_MS = 3000
+/** Printed under the issue table, with what the probe found. */
+const STALL_NOTE = 'p99 rows: the 1 % tail of ~1,150 arrivals is set by the host: a core that does not run for a few ms (STALL_PROBE_MS) delays every arrival in that window, on any path, and a gateway path crosses both cores where the direct one crosses one'
 const STALL_LOOP = `const end = performance.now() + ${STALL_PROBE_MS}; let last = performance.now(); const g = []
 for (;;) { const t = performance.now(); if (t - last > 1) g.push(t - last); last = t; if (t > end) break }
 console.log(JSON.stringify(g))`
 interface Stalls { core: string; gaps: number[] }
 async function hostStalls (): Promise<Stalls[]> {
-  const cores = PLACEMENT === null ? ['any'] : [PLACEMENT.gateway, PLACEMENT.others]
-  return await Promise.all(cores.map((core) => new Promise<Stalls>((resolve) => {
-    const [cmd, argv] = core === 'any' ? [NODE, ['-e', STALL_LOOP]] : ['taskset', ['-c', core, NODE, '-e', STALL_LOOP]]
+  const probes: Array<[string, [string, string[]]]> = PLACEMENT === null
+    ? [['any', [NODE, ['-e', STALL_LOOP]]]]
+    : (['gateway', 'others'] as const).map((role) => [PLACEMENT[role], onCore(role, NODE, ['-e', STALL_LOOP])])
+  return await Promise.all(probes.map(([core, [cmd, argv]]) => new Promise<Stalls>((resolve) => {
     const p = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'ignore'] })
     let out = ''
     p.stdout!.on('data', (d: Buffer) => { out += d.toString() })
@@ -887,14 +889,13 @@ async function main (): Promise<void> {
     ...Object.fromEntries(paths.map((p) => [`${p.key}@96afterQuiet`, afterQuiet[p.key].errors])),
     'sluice@96default': latDefault.errors, 'tp.direct': tp.direct.errors, 'tp.pass': tp.pass.errors, 'tp.sluice': tp.sluice.errors, 'perExchange.pass': perEx.pass.errors, 'perExchange.sluice': perEx.sluice.errors }
   const bad = Object.entries(errors).filter(([, n]) => n > 0)
-  const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => paths.map((p) => stag[c][p.key].firstError)), latDefault.firstError].find((e) => e !== undefined)
+  const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => paths.map((p) => stag[c][p.key].firstError)), ...paths.map((p) => afterQuiet[p.key].firstError), latDefault.firstError].find((e) => e !== undefined)
 
   const q = (name: string, quota: Quota, ok: boolean, thr: string) => `${name}: ${quota.detail} ${ok ? 'held' : 'DID NOT HOLD'}${thr ? ` (${thr})` : ''}`
   console.log(`exchange bench — Node ${process.versions.node}, ${host}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures)`)
   console.log(`quota, 1 vCPU each: ${q('sluice', qGw, held.sluice, throttled.sluice)}; ${q('sluice default-limits', qDef, held.sluiceDefault, throttled.sluiceDefault)}; ${q('pass-through', qPass, held.pass, throttled.pass)}`)
   if (qGw.fallbacks.length > 0) console.log(`  not used: ${qGw.fallbacks.join('; ')}`)
   console.log(`cores: ${placement}`)
-  console.log(`host stalls, idle, before the run: ${stallLine(stalls)}`)
   console.log('upstream: the sim (startSim) in its own process, outside the quota; load: undici Agent in the bench process, outside the quota')
   console.log(`latency: #sim ttft=20 tokens=50 interval=10, rounds of N streams started together (@1 ${C1_ROUNDS} rounds, @32 ${C_ROUNDS}, @96 ${C96_ROUNDS}), paths interleaved; added = path pXX - direct pXX`)
   console.log(`staggered: N lanes started 500/N ms apart, ${LANE_STREAMS} streams each back to back (first not counted): ~N in flight, arriving one by one`)
@@ -945,7 +946,7 @@ async function main (): Promise<void> {
   console.log(table(issue))
   console.log(BURST_NOTE)
   console.log(STALL_NOTE)
-  console.log(`  this run, idle, before anything started: ${stallLine(stalls)}`)
+  console.log(`  host stalls in this run, idle, before anything started: ${stallLine(stalls)}`)
   console.log(`took ${((performance.now() - STARTED) / 1000).toFixed(1)} s`)
 }
 
