@@ -678,7 +678,7 @@ async function main (): Promise<void> {
     if (b.status !== 0) throw new Error('the build (scripts/build.ts) failed')
   }
   loadBefore = loadavg()
-  host = machine() // before placeSelf(): nproc counts the CPUs this process may use
+  host = machine()
   placement = placeSelf()
   stalls = await hostStalls()
   const tag = `sluice-exchange-bench-${process.pid}`

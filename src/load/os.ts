@@ -10,6 +10,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { availableParallelism, cpus } from 'node:os'
 
 export type QuotaKind = 'cgroup-v2' | 'cgroup-v1' | 'taskset' | 'none'
 
@@ -233,12 +234,16 @@ export class RssSampler {
   stop (): void { clearInterval(this.timer) }
 }
 
-/** CPU model and count, for the report. */
+/**
+ * CPU model and count, for the report: the CPUs online, and, when a caller's affinity
+ * (taskset) narrows them, how many this process may use (`nproc` alone reports the latter).
+ */
 export function machine (): string {
   const info = tryRead('/proc/cpuinfo') ?? ''
   const model = /^model name\s*:\s*(.+)$/m.exec(info)?.[1]?.trim() ?? 'unknown CPU'
-  const n = spawnSync('nproc', { encoding: 'utf8' }).stdout?.trim() || '?'
-  return `nproc ${n}, ${model}`
+  const online = cpus().length
+  const usable = availableParallelism()
+  return `${online} CPUs online${usable < online ? ` (${usable} usable by this process)` : ''}, ${model}`
 }
 
 // ---------------------------------------------------------------------------------------
