@@ -25,6 +25,7 @@ import { createLogger } from '../src/log.ts'
 import { moduleUrl } from '../src/modules.ts'
 import { startIdleCollector } from '../src/idle-gc.ts'
 import { MallocTrimmer } from '../src/malloc-trim.ts'
+import { setLateV8Flags } from '../src/node-flags.ts'
 
 /** The embedded sim's address: never another interface (it is unauthenticated). */
 const SIM_HOST = '127.0.0.1'
@@ -133,6 +134,9 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
     await releasePort()
   }
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
+  // Not before: with it set, the threads started above would have compiled Node's built-ins
+  // from source (src/node-flags.ts).
+  setLateV8Flags()
   supervisor.on('released', (w, why) => trimmer.request(`worker ${w.row}: ${why}`))
   supervisor.on('exit', (w) => trimmer.request(`worker ${w.row}: exit`))
   const stopIdleCollector = startIdleCollector({ onCollect: () => trimmer.request('primary: idle-collection') })

@@ -1,10 +1,13 @@
 // The flags sluice's production launchers give Node (`npm start`, the systemd units, the
-// container's CMD), and with which its own benchmarks and load runs start it. V8's flags are
-// process-wide and are read when V8 starts: a running process cannot set them for its worker
-// threads (`v8.setFlagsFromString('--no-concurrent-marking')` before a Worker: measured, a
-// fatal V8 check in Node 24; `--single-threaded-gc` that way: no effect), so they are on the
-// command line. test/ops/node-flags.test.ts holds every launcher to this list.
-//
+// container's CMD), and with which its own benchmarks and load runs start it, and the one V8
+// flag the primary sets itself once it is up (LATE_V8_FLAGS). V8's flags are process-wide; most
+// are read when V8 starts or a thread's heap is set up, so a running process cannot set them for
+// its worker threads (`v8.setFlagsFromString('--no-concurrent-marking')` before a Worker:
+// measured, a fatal V8 check in Node 24; `--single-threaded-gc` that way: no effect), and those
+// are on the command line. test/ops/node-flags.test.ts holds every launcher to this list.
+
+import { setFlagsFromString } from 'node:v8'
+
 // --no-parallel-scavenge: the HTTP worker's young generation is small on purpose
 // (limits.workerYoungGenMb, 4 MiB: the relay's allocations stay in cache), so it is scavenged
 // often (~265 times per 1,500 exchanges at 96 streams). V8 runs each scavenge with tasks on its
@@ -12,9 +15,27 @@
 // the same core: measured at 96 streams (three paired runs), V8's helper threads 0.28-0.50 ms of
 // CPU per exchange against 0.21 with the flag, the worker's own thread no slower
 // (docs/benchmarks.md). Concurrent marking, sweeping and compaction stay on.
+export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge']
+
+// --heap-growing-percent=100, set by the primary once every thread it starts at boot runs
+// (setLateV8Flags, at "sluice ready"), not on the command line: V8 checks a code cache against
+// a hash of its flags, and this flag is in that hash, so with it on the command line every one
+// of Node's built-in modules that is not in its startup snapshot (node:http, node:net, the
+// worker bootstrap's own, ...) was compiled from source in every thread instead of read from the
+// code cache Node ships: measured, requiring http, https, zlib, worker_threads and
+// child_process took 50-52 ms with it against 24-27 without (`--no-parallel-scavenge` and
+// `--max-semi-space-size` are not in the hash: the same 24-28 ms), and the gateway's start
+// (exec -> /readyz, pinned, six starts each, docs/benchmarks.md) 370-385 ms with it on the
+// command line against 290-297 set late, the primary and the HTTP worker each ~40 ms of CPU
+// less. V8 reads this one at each full collection, for every thread's heap, so set late it acts
+// as before: the HTTP worker's full GCs in a throughput run (8 streams of 2000 events, 400
+// streams) 4 with it on the command line, 5 set late, 63 without it; test/ops/node-flags.test.ts
+// reads the growing factor V8 traces for the worker's next full GC (2.0). A thread started after
+// it is set (a parser thread on demand, a restarted worker) compiles its built-ins from source
+// again, as every thread did before.
 //
-// --heap-growing-percent=100: after each full (mark-compact) collection V8 sets the next one's
-// trigger at twice the live heap instead of its own choice, which for the HTTP worker was ~1.65x
+// What it does: after each full (mark-compact) collection V8 sets the next one's trigger at
+// twice the live heap instead of its own choice, which for the HTTP worker was ~1.65x
 // (trace-gc-nvp: old_gen_allocation_limit 24.7 MB at 14.9 MB live; the pass-through's main thread
 // 29-37 MB at 14.5). At throughput the worker's full GCs were started by that trigger
 // (--trace-incremental-marking: "Start (task)" at 14-15 MB of a 20-24 MB limit) with only
@@ -31,4 +52,9 @@
 // The cost is memory held between full GCs: the bench's RSS peak 121-122 -> 128 MB; idle 12 s
 // after load 96.8-98.1 MB without it, 97.8-98.2 with it (two and three full runs,
 // docs/benchmarks.md).
-export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--heap-growing-percent=100']
+export const LATE_V8_FLAGS: readonly string[] = ['--heap-growing-percent=100']
+
+/** Sets LATE_V8_FLAGS (process-wide: every thread's heap, from its next full collection). */
+export function setLateV8Flags (): void {
+  for (const f of LATE_V8_FLAGS) setFlagsFromString(f)
+}
