@@ -136,7 +136,8 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   log.info({ version: VERSION, port, adminPort, workers: config.workers, sim: sim?.url ?? null, startMs: Date.now() - startedAt }, 'sluice ready')
   // Not before: with it set, the threads started above would have compiled Node's built-ins
   // from source (src/node-flags.ts).
-  setLateV8Flags()
+  const late = setLateV8Flags()
+  if (late.length > 0) log.debug({ flags: late }, 'late V8 flags set')
   supervisor.on('released', (w, why) => trimmer.request(`worker ${w.row}: ${why}`))
   supervisor.on('exit', (w) => trimmer.request(`worker ${w.row}: exit`))
   const stopIdleCollector = startIdleCollector({ onCollect: () => trimmer.request('primary: idle-collection') })

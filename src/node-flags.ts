@@ -54,7 +54,23 @@ export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge']
 // docs/benchmarks.md).
 export const LATE_V8_FLAGS: readonly string[] = ['--heap-growing-percent=100']
 
-/** Sets LATE_V8_FLAGS (process-wide: every thread's heap, from its next full collection). */
-export function setLateV8Flags (): void {
-  for (const f of LATE_V8_FLAGS) setFlagsFromString(f)
+/**
+ * Sets LATE_V8_FLAGS (process-wide: every thread's heap, from its next full collection), each
+ * unless the process was started with that flag itself (on its command line or in
+ * NODE_OPTIONS, in either spelling): an operator's own value stands. Returns the flags set.
+ */
+export function setLateV8Flags (execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
+  const given = new Set([...execArgv, ...nodeOptions.split(/\s+/)].map(flagName))
+  const set: string[] = []
+  for (const f of LATE_V8_FLAGS) {
+    if (given.has(flagName(f))) continue
+    setFlagsFromString(f)
+    set.push(f)
+  }
+  return set
+}
+
+/** `--heap_growing_percent=1` -> `heap-growing-percent` (V8 takes both spellings). */
+function flagName (arg: string): string {
+  return arg.replace(/^--/, '').split('=')[0].replaceAll('_', '-')
 }

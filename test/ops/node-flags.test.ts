@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { request } from 'undici'
 import { demoConfig } from '../../src/config/load.ts'
-import { LATE_V8_FLAGS, NODE_FLAGS } from '../../src/node-flags.ts'
+import { LATE_V8_FLAGS, NODE_FLAGS, setLateV8Flags } from '../../src/node-flags.ts'
 import { NODE, ROOT, startGateway, waitIdle } from '../helpers/gateway.ts'
 import { parseContainerfile } from './containerfile.ts'
 
@@ -65,37 +65,53 @@ t.test('started with the flags (and another V8 flag), the parser threads start a
   t.equal(await gw.stop(), 0, 'drained and exited 0')
 })
 
+/**
+ * The growing factors V8 traced (--trace-gc-verbose) for the HTTP worker's full collections
+ * after ready: V8 prints, per isolate, the factor it set the next full GC's trigger with (2.0
+ * with --heap-growing-percent=100; without the flag the worker's is V8's own, at most its
+ * small-heap maximum, below 2 for a heap limit of 128 MB). The worker's idle collection (a full
+ * GC once workerIdleCollectMs passes without exchanges) is what makes one there after ready.
+ */
+async function workerGrowingFactors (nodeArgs: string[]): Promise<string[]> {
+  const gw = await startGateway({ ...demoConfig(), workers: 1, limits: { workerIdleCollectMs: 1000 } }, { nodeArgs: [...nodeArgs, '--trace-gc-verbose'] })
+  try {
+    const readyAt = gw.logs.findIndex((l) => l.includes('"sluice ready"'))
+    const res = await request(`http://127.0.0.1:${gw.port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer sk-sluice-demo', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi\n#sim tokens=20 interval=1' }] }),
+    })
+    await res.body.text()
+    if (res.statusCode !== 200 || readyAt < 0) throw new Error(`status ${res.statusCode}, ready line at ${readyAt}`)
+    // [pid:isolate:thread] ... [HeapController] factor F based on ...: thread 0 is the primary.
+    const factors = (): string[] => gw.logs.slice(readyAt).flatMap((l) => {
+      const m = /^\[\d+:0x[0-9a-f]+:(\d+)\]\s+[\d.]+ ms: \[HeapController\] factor ([\d.]+)/.exec(l)
+      return m === null || m[1] === '0' ? [] : [m[2]]
+    })
+    const until = Date.now() + 30_000
+    while (factors().length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 100))
+    const idle = await waitIdle(gw)
+    if (Object.keys(idle).length > 0) throw new Error(`the ledger is not idle: ${JSON.stringify(idle)}`)
+    return factors()
+  } finally {
+    await gw.stop()
+  }
+}
+
 t.test('the late V8 flag: not on the command line, set by the primary once ready, and it acts on the HTTP worker', async (t) => {
   // On the command line it would cost every thread's start Node's code cache for its
   // built-ins (src/node-flags.ts); set late, it must still reach a worker that already runs.
   for (const f of LATE_V8_FLAGS) t.notOk(NODE_FLAGS.some((n) => n.split('=')[0] === f.split('=')[0]), `${f} is not among the command-line flags`)
-  t.same(LATE_V8_FLAGS, ['--heap-growing-percent=100'], 'the one late flag (the check below reads its factor)')
-  // --trace-gc-verbose prints, for every full collection, the growing factor V8 set the next
-  // one's trigger with, per isolate: 2.0 with --heap-growing-percent=100. Without it the HTTP
-  // worker's (a heap limit of 128 MB) is V8's own, at most its small-heap maximum below 2.
-  // The worker's idle collection (a full GC after workerIdleCollectMs without exchanges) is
-  // what makes one there after ready.
-  const gw = await startGateway({ ...demoConfig(), workers: 1, limits: { workerIdleCollectMs: 1000 } }, { nodeArgs: [...NODE_FLAGS, '--trace-gc-verbose'] })
-  t.teardown(() => gw.stop())
-  const readyAt = gw.logs.findIndex((l) => l.includes('"sluice ready"'))
-  t.ok(readyAt >= 0)
-  const res = await request(`http://127.0.0.1:${gw.port}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: 'Bearer sk-sluice-demo', 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi\n#sim tokens=20 interval=1' }] }),
-  })
-  t.equal(res.statusCode, 200)
-  await res.body.text()
-  // [pid:isolate:thread] ... [HeapController] factor F based on ...: the thread is 0 for the
-  // primary, the worker's own id otherwise.
-  const factors = (): { thread: number; factor: string }[] => gw.logs.slice(readyAt).flatMap((l) => {
-    const m = /^\[\d+:0x[0-9a-f]+:(\d+)\]\s+[\d.]+ ms: \[HeapController\] factor ([\d.]+)/.exec(l)
-    return m === null ? [] : [{ thread: Number(m[1]), factor: m[2] }]
-  })
-  const until = Date.now() + 30_000
-  while (!factors().some((f) => f.thread !== 0) && Date.now() < until) await new Promise((r) => setTimeout(r, 100))
-  const worker = factors().filter((f) => f.thread !== 0)
-  t.ok(worker.length > 0, 'a full collection in the HTTP worker after ready')
-  t.same([...new Set(worker.map((f) => f.factor))], ['2.0'], "the worker's next full GC at twice its live heap")
-  t.same(await waitIdle(gw), {}, 'the ledger is idle')
+  t.same(LATE_V8_FLAGS, ['--heap-growing-percent=100'], 'the one late flag (the checks below read its factor)')
+  const factors = await workerGrowingFactors([...NODE_FLAGS])
+  t.ok(factors.length > 0, 'a full collection in the HTTP worker after ready')
+  t.same([...new Set(factors)], ['2.0'], "the worker's next full GC at twice its live heap")
+})
+
+t.test("an operator's own --heap-growing-percent stands (command line or NODE_OPTIONS, either spelling)", async (t) => {
+  const factors = await workerGrowingFactors([...NODE_FLAGS, '--heap-growing-percent=150'])
+  t.ok(factors.length > 0, 'a full collection in the HTTP worker after ready')
+  t.same([...new Set(factors)], ['2.5'], 'the worker grows by the given 150 %, not the late 100 %')
+  t.same(setLateV8Flags(['--heap_growing_percent=30'], ''), [], 'the underscore spelling counts as given')
+  t.same(setLateV8Flags([], '--max-old-space-size=512 --heap-growing-percent=30'), [], 'so does NODE_OPTIONS')
 })
