@@ -23,13 +23,14 @@ export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge']
 // of Node's built-in modules that is not in its startup snapshot (node:http, node:net, the
 // worker bootstrap's own, ...) was compiled from source in every thread instead of read from the
 // code cache Node ships: measured, requiring http, https, zlib, worker_threads and
-// child_process took 50-52 ms with it against 24-27 without (`--no-parallel-scavenge` and
-// `--max-semi-space-size` are not in the hash: the same 24-28 ms), and the gateway's start
+// child_process took 50-52 ms with it against 24-27 without (`--no-parallel-scavenge`,
+// `--min-semi-space-size` and `--max-semi-space-size` are not in the hash: 23-35 ms;
+// `--initial-old-space-size` and `--initial-heap-size` are: 52-55), and the gateway's start
 // (exec -> /readyz, pinned, six starts each, docs/benchmarks.md) 370-385 ms with it on the
 // command line against 290-297 set late, the primary and the HTTP worker each ~40 ms of CPU
 // less. V8 reads this one at each full collection, for every thread's heap, so set late it acts
-// as before: the HTTP worker's full GCs in a throughput run (8 streams of 2000 events, 400
-// streams) 4 with it on the command line, 5 set late, 63 without it; test/ops/node-flags.test.ts
+// as before: the HTTP worker's full GCs in a throughput run (400 streams of 2000 events, 8 in
+// parallel) 4 with it on the command line, 5 set late, 63 without it; test/ops/node-flags.test.ts
 // reads the growing factor V8 traces for the worker's next full GC (2.0). A thread started after
 // it is set (a parser thread on demand, a restarted worker) compiles its built-ins from source
 // again, as every thread did before.
