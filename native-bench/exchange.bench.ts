@@ -55,9 +55,9 @@
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes, createHash } from 'node:crypto'
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { get } from 'node:http'
-import { createServer, type AddressInfo } from 'node:net'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { cpus, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -350,6 +350,49 @@ async function startPassthrough (simUrl: string, quota: Quota): Promise<{ child:
   return { child, port: got }
 }
 
+/**
+ * The floor: nginx (a C proxy, DESIGN.md's first reference row: "nginx 1.22, plain SSE proxy"),
+ * one process (no master, no daemon), unbuffered both ways, keep-alive to the sim, under its
+ * own 1-vCPU quota on the gateways' core like the other two. It runs only in the staggered
+ * blocks (the rows the +1 / +4 ms target is for): what a proxy that costs a fraction of a Node
+ * process's CPU per chunk gets on this host in the same minutes. null when nginx is not
+ * installed (the report says so; Debian: nginx-light).
+ */
+async function startNginx (simUrl: string, quota: Quota): Promise<{ child: Child; port: number; version: string } | null> {
+  const bin = ['nginx', '/usr/sbin/nginx', '/usr/local/sbin/nginx'].find((b) => spawnSync(b, ['-v']).status === 0)
+  if (bin === undefined) return null
+  const version = /nginx\/([0-9.]+)/.exec(spawnSync(bin, ['-v']).stderr?.toString() ?? '')?.[1] ?? '?'
+  const dir = join(tmp, 'nginx')
+  mkdirSync(dir, { recursive: true })
+  const port = await freePort()
+  const up = new URL(simUrl)
+  writeFileSync(join(dir, 'nginx.conf'), [
+    'worker_processes 1; master_process off; daemon off; error_log stderr warn;',
+    `pid ${join(dir, 'nginx.pid')};`,
+    'events { worker_connections 4096; }',
+    'http {',
+    '  access_log off;',
+    ...['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((k) => `  ${k}_temp_path ${join(dir, k)};`),
+    `  upstream sim { server ${up.hostname}:${up.port}; keepalive 256; }`,
+    `  server { listen 127.0.0.1:${port}; keepalive_requests 1000000; keepalive_timeout 75s;`,
+    '    location / { proxy_pass http://sim; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; } }',
+    '}',
+  ].join('\n') + '\n')
+  const child = launch('nginx', quota.wrap(...onCore('gateway', bin, ['-p', dir, '-e', 'stderr', '-c', join(dir, 'nginx.conf')])), () => true)
+  for (let i = 0; i < 500 && !child.gone; i++) {
+    if (await canConnect(port)) return { child, port, version }
+    await sleep(10)
+  }
+  throw new Error(`nginx did not start:\n${child.tail}`)
+}
+
+function canConnect (port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const so = connect(port, '127.0.0.1', () => { so.destroy(); resolve(true) })
+    so.once('error', () => resolve(false))
+  })
+}
+
 interface Sluice {
   child: Child
   port: number
@@ -489,6 +532,9 @@ function pct (xs: number[], p: number): number {
 
 type PathKey = 'direct' | 'pass' | 'sluice'
 interface Path { key: PathKey; origin: string; pid: number | null }
+/** The paths of the staggered blocks: the three, and nginx when it is installed (startNginx). */
+type RefKey = PathKey | 'nginx'
+interface RefPath { key: RefKey; origin: string; pid: number | null }
 interface Lat {
   ttfb: number[]; total: number[]; errors: number; firstError?: string
   /** Staggered streams only, split at the sim: request sent -> the sim has its headers; the sim's
@@ -685,6 +731,7 @@ async function main (): Promise<void> {
   const qGw = makeQuota(`${tag}-gw`); quotas.push(qGw)
   const qPass = makeQuota(`${tag}-pass`); quotas.push(qPass)
   const qDef = makeQuota(`${tag}-gwdefault`); quotas.push(qDef)
+  const qNginx = makeQuota(`${tag}-nginx`); quotas.push(qNginx)
   watchdog = new Watchdog(quotas.map((q) => q.dir).filter((d) => d !== null), tmp)
 
   const { child: sim, url: simUrl } = await startSimProcess()
@@ -705,6 +752,7 @@ async function main (): Promise<void> {
   }, qGw, profFlags)
   starts.push(gw)
   const { child: pass, port: passPort } = await startPassthrough(simUrl, qPass)
+  const nginx = await startNginx(simUrl, qNginx)
 
   // the other kind of entry (sources vs compiled), same config, alone under the quota the
   // default-config instances used: idle RSS before and after a short warm-up, and its start
@@ -763,11 +811,14 @@ async function main (): Promise<void> {
   }
   // the same concurrency with staggered arrivals, right after the bursts: the steady state the
   // +1 / +4 ms target is for
-  const stag: Record<number, Record<PathKey, Lat>> = {}
+  // (nginx, the floor, takes its turn in these blocks only)
+  const stagPaths: RefPath[] = nginx === null ? paths : [...paths, { key: 'nginx', origin: `http://127.0.0.1:${nginx.port}`, pid: nginx.child.pid }]
+  const stag: Record<number, Record<RefKey, Lat>> = {}
   for (const c of [32, 96]) {
-    stag[c] = { direct: newLat(), pass: newLat(), sluice: newLat() }
+    stag[c] = { direct: newLat(), pass: newLat(), sluice: newLat(), nginx: newLat() }
+    if (nginx !== null) { await lanes(`http://127.0.0.1:${nginx.port}`, c, newLat()); await sleep(30) } // its warm-up (connections to the sim); the others are warm from the bursts
     for (let b = 0; b < STAG_BLOCKS; b++) {
-      for (const p of interleaved(paths, b)) { await lanes(p.origin, c, stag[c][p.key]); await sleep(30) }
+      for (const p of interleaved(stagPaths, b)) { await lanes(p.origin, c, stag[c][p.key]); await sleep(30) }
     }
   }
   // idle again after the latency runs (warm: connections, JIT, heaps grown), settled
@@ -780,8 +831,8 @@ async function main (): Promise<void> {
   // What the first exchanges after that quiet period cost: one staggered block at 96 on each
   // path, sluice's worker having just collected its heap (the JIT state it loses: README
   // "Memory after a burst goes back by itself").
-  const afterQuiet: Record<PathKey, Lat> = { direct: newLat(), pass: newLat(), sluice: newLat() }
-  for (const p of paths) { await lanes(p.origin, 96, afterQuiet[p.key]); await sleep(30) }
+  const afterQuiet: Record<RefKey, Lat> = { direct: newLat(), pass: newLat(), sluice: newLat(), nginx: newLat() }
+  for (const p of stagPaths) { await lanes(p.origin, 96, afterQuiet[p.key]); await sleep(30) }
   // the default-limits 96 case (32 active + 64 queued), against the direct figures above
   const latDefault = newLat()
   const defOrigin = `http://127.0.0.1:${gwDefault.port}`
@@ -809,10 +860,11 @@ async function main (): Promise<void> {
   // parser thread has been retired (on demand since issue 15); the pass-through beside it.
   await sleep(END_READ_MS)
   const idleRetired = { sluice: rssMb(gw.child.pid), pass: rssMb(pass.pid) }
-  await Promise.all([stop(gw.child), stop(pass), stop(sim)])
+  await Promise.all([stop(gw.child), stop(pass), stop(sim), ...(nginx === null ? [] : [stop(nginx.child)])])
   await cleanup()
 
   // ---- report
+  const nginxWhat = nginx === null ? '(the floor: not installed here, so not run)' : `${nginx.version} (C, one process, same quota and core: the floor on this host)`
   const rows: string[][] = [['figure', 'direct', 'pass-through', 'sluice', 'target (sluice)', 'sluice vs target']]
   const latRow = (what: 'ttfb' | 'total', c: number, target?: [number, number], staggered = false) => {
     const L = staggered ? stag : lat
@@ -834,11 +886,16 @@ async function main (): Promise<void> {
   // p50, are out of reach of any process in a burst: see BURST_NOTE). Bursts are reported
   // beside, against the pass-through.
   for (const c of CONCURRENCY) latRow('ttfb', c)
-  for (const c of [32, 96]) latRow('ttfb', c, [1, 4], true)
+  for (const c of [32, 96]) {
+    latRow('ttfb', c, [1, 4], true)
+    const d = stag[c].direct.ttfb
+    const n = stag[c].nginx.ttfb
+    rows.push([`  the same through nginx ${nginxWhat}`, '', nginx === null ? 'not installed' : pair(plus(pct(n, 50) - pct(d, 50)), plus(pct(n, 99) - pct(d, 99))), '', '', nginx === null ? '' : `nginx vs the target: ${verdict([['p50', pct(n, 50) - pct(d, 50), 1, ' ms'], ['p99', pct(n, 99) - pct(d, 99), 4, ' ms']])}`])
+  }
   for (const c of [32, 96]) {
     // Where the staggered TTFB goes: to the sim, in the sim, back (p50 of each part, ms).
-    const parts = (k: PathKey) => `${f(pct(stag[c][k].up, 50))} / ${f(pct(stag[c][k].sim, 50))} / ${f(pct(stag[c][k].down, 50))}`
-    rows.push([`  @${c} staggered, p50 to the sim / in the sim / back to the client, ms`, parts('direct'), parts('pass'), parts('sluice'), '', ''])
+    const parts = (k: RefKey) => `${f(pct(stag[c][k].up, 50))} / ${f(pct(stag[c][k].sim, 50))} / ${f(pct(stag[c][k].down, 50))}`
+    rows.push([`  @${c} staggered, p50 to the sim / in the sim / back to the client, ms`, parts('direct'), parts('pass'), parts('sluice'), '', nginx === null ? '' : `nginx: ${parts('nginx')}`])
   }
   {
     const d = lat[96].direct.ttfb
@@ -885,11 +942,11 @@ async function main (): Promise<void> {
 
   const errors = {
     ...Object.fromEntries(CONCURRENCY.flatMap((c) => paths.map((p) => [`${p.key}@${c}`, lat[c][p.key].errors]))),
-    ...Object.fromEntries([32, 96].flatMap((c) => paths.map((p) => [`${p.key}@${c}staggered`, stag[c][p.key].errors]))),
-    ...Object.fromEntries(paths.map((p) => [`${p.key}@96afterQuiet`, afterQuiet[p.key].errors])),
+    ...Object.fromEntries([32, 96].flatMap((c) => stagPaths.map((p) => [`${p.key}@${c}staggered`, stag[c][p.key].errors]))),
+    ...Object.fromEntries(stagPaths.map((p) => [`${p.key}@96afterQuiet`, afterQuiet[p.key].errors])),
     'sluice@96default': latDefault.errors, 'tp.direct': tp.direct.errors, 'tp.pass': tp.pass.errors, 'tp.sluice': tp.sluice.errors, 'perExchange.pass': perEx.pass.errors, 'perExchange.sluice': perEx.sluice.errors }
   const bad = Object.entries(errors).filter(([, n]) => n > 0)
-  const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => paths.map((p) => stag[c][p.key].firstError)), ...paths.map((p) => afterQuiet[p.key].firstError), latDefault.firstError].find((e) => e !== undefined)
+  const firstErr = [...CONCURRENCY.flatMap((c) => paths.map((p) => lat[c][p.key].firstError)), ...[32, 96].flatMap((c) => stagPaths.map((p) => stag[c][p.key].firstError)), ...stagPaths.map((p) => afterQuiet[p.key].firstError), latDefault.firstError].find((e) => e !== undefined)
 
   const q = (name: string, quota: Quota, ok: boolean, thr: string) => `${name}: ${quota.detail} ${ok ? 'held' : 'DID NOT HOLD'}${thr ? ` (${thr})` : ''}`
   console.log(`exchange bench — Node ${process.versions.node}, ${host}${QUICK ? ' (--quick)' : ''}; load average before ${loadBefore}, after ${loadavg()} (other work on the host skews the figures)`)
@@ -908,7 +965,7 @@ async function main (): Promise<void> {
   if (PROFILE_DIR !== undefined) console.log(`cpu profiles of the main sluice instance: ${PROFILE_DIR}`)
 
   // The table of issue 15: pass-through beside sluice, this run only.
-  const added = (L: Record<number, Record<PathKey, Lat>>, c: number, k: PathKey) =>
+  const added = <K extends RefKey>(L: Record<number, Record<K | 'direct', Lat>>, c: number, k: K) =>
     [pct(L[c][k].ttfb, 50) - pct(L[c].direct.ttfb, 50), pct(L[c][k].ttfb, 99) - pct(L[c].direct.ttfb, 99)]
   const share = (k: 'pass' | 'sluice') => 100 * share96[k].cpu / share96[k].wall
   const issue: string[][] = [['figure', 'pass-through', 'sluice', 'target', 'sluice vs target']]
@@ -916,16 +973,20 @@ async function main (): Promise<void> {
     const [p50, p99] = added(stag, c, 'pass')
     const [s50, s99] = added(stag, c, 'sluice')
     issue.push([`added TTFB p50 / p99, ${c} streams in flight (arrivals staggered)`, `${plus(p50)} / ${plus(p99)} ms`, `${plus(s50)} / ${plus(s99)} ms`, '<= +1 / +4', verdict([['p50', s50, 1, ' ms'], ['p99', s99, 4, ' ms']])])
-    const split = (k: PathKey) => {
+    const split = (k: RefKey) => {
       const d = stag[c].direct
       return `${plus(pct(stag[c][k].up, 50) - pct(d.up, 50))} / ${plus(pct(stag[c][k].down, 50) - pct(d.down, 50))} ms`
     }
     issue.push(['  ...of it, added p50 on the way to the provider / on the way back', split('pass'), split('sluice'), '', ''])
+    if (nginx !== null) {
+      const [n50, n99] = added(stag, c, 'nginx')
+      issue.push([`  the same blocks through nginx ${nginx.version} (C; its own quota, same core): added p50 / p99; to / back`, `${plus(n50)} / ${plus(n99)} ms; ${split('nginx')}`, '', '', `nginx vs the target: ${verdict([['p50', n50, 1, ' ms'], ['p99', n99, 4, ' ms']])}`])
+    }
   }
   {
     const d = afterQuiet.direct.ttfb
-    const a = (k: PathKey) => `${plus(pct(afterQuiet[k].ttfb, 50) - pct(d, 50))} / ${plus(pct(afterQuiet[k].ttfb, 99) - pct(d, 99))} ms`
-    issue.push([`  96 in flight, the first block after ${IDLE_READ_MS / 1000} s idle (sluice's worker has collected its heap)`, a('pass'), a('sluice'), '(after a quiet period)', ''])
+    const a = (k: RefKey) => `${plus(pct(afterQuiet[k].ttfb, 50) - pct(d, 50))} / ${plus(pct(afterQuiet[k].ttfb, 99) - pct(d, 99))} ms`
+    issue.push([`  96 in flight, the first block after ${IDLE_READ_MS / 1000} s idle (sluice's worker has collected its heap)`, a('pass'), a('sluice'), '(after a quiet period)', nginx === null ? '' : `nginx: ${a('nginx')}`])
   }
   for (const c of [32, 96]) {
     const [p50, p99] = added(lat, c, 'pass')
