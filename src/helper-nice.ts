@@ -3,16 +3,22 @@
 // Every Node process has a few V8 platform threads ("V8Worker", four by default) shared by all
 // its isolates: they run concurrent marking, concurrent sweeping and the optimizing compilers.
 // On the one vCPU sluice is sized for they take turns with the HTTP worker on the same core, and
-// the kernel's scheduler gives a thread it wakes the core at once (its run time is the lowest):
-// V8 wakes them in the middle of a turn of the event loop (at the start of a full GC's marking,
+// the kernel's scheduler gives a thread it wakes the core at once when its deadline is the
+// earliest, which at the same weight it usually is (it has not run for a while): V8 wakes them in the middle of a turn of the event loop (at the start of a full GC's marking,
 // at the end of one to sweep) and the worker's turn waits until they yield, several ms later.
 // Measured with --trace-gc-nvp at 96 streams in flight, pinned to one core: a full GC's pause
 // 8.0 ms, of which 4.2 ms in `sweep.start_jobs` (posting the sweeper's job), and an incremental
-// marking step of 20.2 ms: wall time in which the worker did not run. At nice 19 (weight 15
-// against the worker's 1024) they run when the JavaScript threads wait, and when V8 needs their
-// work done it joins the job and does the rest on the calling thread, so nothing waits on them.
-// Measured (docs/benchmarks.md, four alternated pairs, 96 streams in flight, one core): TTFB p99
-// 27.2-29.1 ms against 32.0-35.9, max 31-36 against 40-64, CPU per exchange the same.
+// marking step of 20.2 ms: wall time in which the worker did not run. With a lower weight
+// (nice 10: 110 against the worker's 1024) a helper woken mid-turn no longer has the earliest
+// deadline (Linux's EEVDF scheduler), so it waits for the JavaScript threads to wait, or for its
+// turn of ~10 % of the core when they do not; when V8 needs their work finished it joins the job
+// and does the rest on the calling thread, so nothing waits on them. Measured (docs/benchmarks.md,
+// three alternated rounds, pinned to one core): at 96 streams in flight TTFB p99 28.4-29.6 ms and
+// the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0; at saturation (8 streams of 2000
+// events) CPU per exchange 1.89-1.99 ms against 2.24-2.36. Nice 19 (weight 15, ~1.5 % of a busy
+// core) starves them there: 2.80-2.98 ms, the same helper CPU but more of the worker's, and in
+// one exchange bench run the relay figure 2.02x the pass-through's and the RSS peak 153 MB
+// (127-131 in every run before); why, in V8's terms, not measured.
 //
 // Linux only (a thread's nice value through setpriority(PRIO_PROCESS, tid), which on Linux acts
 // on the one thread): elsewhere nothing is changed and the result says why. A priority is only
@@ -36,7 +42,7 @@ export interface HelperNice {
 
 /**
  * Sets every V8 platform thread of this process (`/proc/self/task/<tid>/comm` is
- * V8_HELPER_NAME) to `nice` (1-19; 0 leaves them alone). Call it once: Node starts these threads
+ * V8_HELPER_NAME) to `nice` (1-19; 0 leaves them alone; sluice's default 10). Call it once: Node starts these threads
  * with the process and never more.
  */
 export function niceV8Helpers (nice: number, tasks = '/proc/self/task'): HelperNice {

@@ -1,4 +1,4 @@
-// src/helper-nice.ts: V8's platform threads ("V8Worker") run at limits.v8HelperNice once the
+// src/helper-nice.ts: V8's platform threads ("V8Worker") run at limits.v8HelperNice (10) once the
 // gateway is ready, and the threads that run JavaScript (the primary, the HTTP workers) stay
 // at the process's own priority. Read from /proc, the kernel's view: a real gateway, and the
 // function alone in a child process (a thread's priority, once lowered, cannot be raised back
@@ -31,17 +31,17 @@ function threads (pid: number): Array<{ name: string; nice: number }> {
 const helpers = (pid: number) => threads(pid).filter((x) => x.name === 'V8Worker')
 const ownNice = (pid: number) => threads(pid).find((x) => x.name === 'MainThread' || x.name === 'node')!.nice
 
-t.test('a ready gateway: V8Worker threads at 19, the JavaScript threads at the process\'s own', { skip: LINUX ? false : 'Linux only' }, async (t) => {
+t.test('a ready gateway: V8Worker threads at 10, the JavaScript threads at the process\'s own', { skip: LINUX ? false : 'Linux only' }, async (t) => {
   const gw = await startGateway({ ...demoConfig(), workers: 2 })
   t.teardown(() => gw.stop())
   const pid = gw.proc.pid!
   const base = ownNice(pid)
-  t.ok(base < 19, `the test runs below nice 19 (${base}), so a change can be seen`)
-  await until(() => helpers(pid).every((x) => x.nice === 19), 'V8Worker threads at nice 19')
+  t.ok(base < 10, `the test runs below nice 10 (${base}), so a change can be seen`)
+  await until(() => helpers(pid).every((x) => x.nice === 10), 'V8Worker threads at nice 10 (the default)')
   const all = threads(pid)
   const v8 = all.filter((x) => x.name === 'V8Worker')
   t.ok(v8.length >= 1, `V8's platform threads found (${v8.length})`)
-  t.same(v8.map((x) => x.nice), v8.map(() => 19))
+  t.same(v8.map((x) => x.nice), v8.map(() => 10))
   const js = all.filter((x) => x.name === 'MainThread' || x.name.startsWith('sluice-http-'))
   t.equal(js.filter((x) => x.name.startsWith('sluice-http-')).length, 2, 'both HTTP workers seen')
   t.same(js.map((x) => x.nice), js.map(() => base), 'the primary and the HTTP workers keep the process\'s priority')
