@@ -205,12 +205,12 @@ function placeSelf (): string {
 /**
  * The host's own stalls, measured before anything else runs: one busy loop per core for
  * STALL_PROBE_MS, each noting every gap of more than 1 ms between two clock reads (the core
- * did not run the loop: the hypervisor, an interrupt, another task). On this kind of host the
- * tail of the latency rows is those stalls more than any gateway (STALL_NOTE).
+ * did not run the loop: the hypervisor, an interrupt, another task). They delay any path, nginx's
+ * too; what a Node process adds to the tail on top of them is its own (STALL_NOTE).
  */
 const STALL_PROBE_MS = 3000
 /** Printed under the issue table, with what the probe found. */
-const STALL_NOTE = 'p99 rows: the 1 % tail of ~1,150 arrivals is set by the host: a core that does not run for a few ms (STALL_PROBE_MS) delays every arrival in that window, on any path, and a gateway path crosses both cores where the direct one crosses one'
+const STALL_NOTE = 'p99 rows: the 1 % tail of ~1,150 arrivals. nginx, in the same blocks on the same core, shows what this host leaves a proxy: a core that does not run for a few ms (STALL_PROBE_MS) delays every arrival in that window on any path (a gateway path crosses both cores, the direct one one); a Node process adds its own pauses (its GC, and V8\'s helper threads taking the core mid-turn: sluice lowers them, limits.v8HelperNice)'
 const STALL_LOOP = `const end = performance.now() + ${STALL_PROBE_MS}; let last = performance.now(); const g = []
 for (;;) { const t = performance.now(); if (t - last > 1) g.push(t - last); last = t; if (t > end) break }
 console.log(JSON.stringify(g))`
