@@ -1,7 +1,9 @@
 // The exchange benchmark: what sluice adds to a streaming exchange, side by side in one run
 // with the same upstream reached (a) directly, (b) through a bare Node 24 + undici
 // pass-through (native-bench/exchange-passthrough.ts, "the price of a bare pass-through") and
-// (c) through sluice (`sluice serve`, one HTTP worker). DESIGN.md "Performance targets".
+// (c) through sluice (`sluice serve`, one HTTP worker); and in the staggered blocks (d) through
+// nginx, when installed (startNginx: the floor, a proxy with no GC on the same core). DESIGN.md
+// "Performance targets".
 //
 //   node native-bench/exchange.bench.ts [--quick] [--sources] [--cpu-prof-dir DIR]
 // (also run by `npm run bench`). sluice runs as production runs it: the compiled
