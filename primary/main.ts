@@ -142,7 +142,8 @@ export async function startPrimary (opts: StartOptions): Promise<PrimaryHandle> 
   // From here, not before: the start is measured as it was (docs/benchmarks.md); from now on
   // V8's helper threads use the time the JavaScript threads leave (src/helper-nice.ts).
   const niced = niceV8Helpers(config.limits.v8HelperNice)
-  log.debug({ nice: config.limits.v8HelperNice, ...niced }, 'V8 helper threads niced')
+  if (niced.failed > 0) log.warn({ nice: config.limits.v8HelperNice, ...niced }, 'V8 helper threads could not be lowered (setpriority refused): on one vCPU they may take the core mid-turn (README, limits.v8HelperNice)')
+  else log.debug({ nice: config.limits.v8HelperNice, ...niced }, 'V8 helper threads niced')
   supervisor.on('released', (w, why) => trimmer.request(`worker ${w.row}: ${why}`))
   supervisor.on('exit', (w) => trimmer.request(`worker ${w.row}: exit`))
   const stopIdleCollector = startIdleCollector({ onCollect: () => trimmer.request('primary: idle-collection') })

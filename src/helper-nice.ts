@@ -36,6 +36,10 @@ export interface HelperNice {
   lowered: number
   /** Helper threads left alone: already at `nice` or lower in priority. */
   already: number
+  /** Helper threads the kernel refused to change (a seccomp filter without setpriority, say). */
+  failed: number
+  /** The first refusal's code (EPERM, ...), or null. */
+  error: string | null
   /** Why nothing was looked at (no /proc, nice 0), or null. */
   skipped: string | null
 }
@@ -46,7 +50,7 @@ export interface HelperNice {
  * with the process and never more.
  */
 export function niceV8Helpers (nice: number, tasks = '/proc/self/task'): HelperNice {
-  const out: HelperNice = { lowered: 0, already: 0, skipped: null }
+  const out: HelperNice = { lowered: 0, already: 0, failed: 0, error: null, skipped: null }
   if (nice === 0) { out.skipped = 'nice 0'; return out }
   let tids: string[]
   try {
@@ -62,8 +66,13 @@ export function niceV8Helpers (nice: number, tasks = '/proc/self/task'): HelperN
       if (getPriority(id) >= nice) { out.already++; continue }
       setPriority(id, nice)
       out.lowered++
-    } catch {
-      // The thread ended between the listing and the read: nothing to do.
+    } catch (err) {
+      // A thread that ended between the listing and the read: nothing to do. Anything else
+      // (EPERM from a seccomp filter, ...) is counted, for the caller to say.
+      const code = (err as { code?: string; info?: { code?: string } }).info?.code ?? (err as { code?: string }).code ?? 'error'
+      if (code === 'ENOENT' || code === 'ESRCH') continue
+      out.failed++
+      out.error ??= code
     }
   }
   return out
