@@ -4,8 +4,9 @@
 // its isolates: they run concurrent marking, concurrent sweeping and the optimizing compilers.
 // On the one vCPU sluice is sized for they take turns with the HTTP worker on the same core, and
 // the kernel's scheduler gives a thread it wakes the core at once when its deadline is the
-// earliest, which at the same weight it usually is (it has not run for a while): V8 wakes them in the middle of a turn of the event loop (at the start of a full GC's marking,
-// at the end of one to sweep) and the worker's turn waits until they yield, several ms later.
+// earliest, which at the same weight it usually is (it has not run for a while): V8 wakes them
+// in the middle of a turn of the event loop (at the start of a full GC's marking, at the end of
+// one to sweep) and the worker's turn waits until they yield, several ms later.
 // Measured with --trace-gc-nvp at 96 streams in flight, pinned to one core: a full GC's pause
 // 8.0 ms, of which 4.2 ms in `sweep.start_jobs` (posting the sweeper's job), and an incremental
 // marking step of 20.2 ms: wall time in which the worker did not run. With a lower weight
