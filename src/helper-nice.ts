@@ -15,11 +15,12 @@
 // turn of ~10 % of the core when they do not; when V8 needs their work finished it joins the job
 // and does the rest on the calling thread, so nothing waits on them. Measured (docs/benchmarks.md,
 // three alternated rounds, pinned to one core): at 96 streams in flight TTFB p99 28.4-29.6 ms and
-// the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0; at saturation (8 streams of 2000
-// events) CPU per exchange 1.89-1.99 ms against 2.24-2.36. Nice 19 (weight 15, ~1.5 % of a busy
-// core) starves them there: 2.80-2.98 ms, the same helper CPU but more of the worker's, and in
-// one exchange bench run the relay figure 2.02x the pass-through's and the RSS peak 153 MB
-// (127-131 in every run before); why, in V8's terms, not measured.
+// the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0. The cost is memory at saturation (8
+// streams of 2000 events): the helpers' collections finish later and the worker's heap grows
+// further first, peak RSS 145-163 MB against 123-133 at nice 0 (CPU within the noise). Nice 19
+// (weight 15, ~1.5 % of a busy core) starves them there: CPU per exchange 2.80-2.98 ms against
+// 2.24-2.36, and in one exchange bench run the relay figure 2.02x the pass-through's and the RSS
+// peak 153 MB (127-131 in every run before); why, in V8's terms, not measured.
 //
 // Linux only (a thread's nice value through setpriority(PRIO_PROCESS, tid), which on Linux acts
 // on the one thread): elsewhere nothing is changed and the result says why. A priority is only
