@@ -867,6 +867,9 @@ async function main (): Promise<void> {
 
   // ---- report
   const nginxWhat = nginx === null ? '(the floor: not installed here, so not run)' : `${nginx.version} (C, one process, same quota and core: the floor on this host)`
+  /** A path's added TTFB, p50 and p99: its percentile minus the direct one's, same block set. */
+  const added = <K extends RefKey>(L: Record<number, Record<K | 'direct', Lat>>, c: number, k: K) =>
+    [pct(L[c][k].ttfb, 50) - pct(L[c].direct.ttfb, 50), pct(L[c][k].ttfb, 99) - pct(L[c].direct.ttfb, 99)]
   const rows: string[][] = [['figure', 'direct', 'pass-through', 'sluice', 'target (sluice)', 'sluice vs target']]
   const latRow = (what: 'ttfb' | 'total', c: number, target?: [number, number], staggered = false) => {
     const L = staggered ? stag : lat
@@ -890,9 +893,8 @@ async function main (): Promise<void> {
   for (const c of CONCURRENCY) latRow('ttfb', c)
   for (const c of [32, 96]) {
     latRow('ttfb', c, [1, 4], true)
-    const d = stag[c].direct.ttfb
-    const n = stag[c].nginx.ttfb
-    rows.push([`  the same through nginx ${nginxWhat}`, '', nginx === null ? 'not installed' : pair(plus(pct(n, 50) - pct(d, 50)), plus(pct(n, 99) - pct(d, 99))), '', '', nginx === null ? '' : `nginx vs the target: ${verdict([['p50', pct(n, 50) - pct(d, 50), 1, ' ms'], ['p99', pct(n, 99) - pct(d, 99), 4, ' ms']])}`])
+    const [n50, n99] = added(stag, c, 'nginx')
+    rows.push([`  the same through nginx ${nginxWhat}`, '', nginx === null ? 'not installed' : pair(plus(n50), plus(n99)), '', '', nginx === null ? '' : `nginx vs the target: ${verdict([['p50', n50, 1, ' ms'], ['p99', n99, 4, ' ms']])}`])
   }
   for (const c of [32, 96]) {
     // Where the staggered TTFB goes: to the sim, in the sim, back (p50 of each part, ms).
@@ -967,8 +969,6 @@ async function main (): Promise<void> {
   if (PROFILE_DIR !== undefined) console.log(`cpu profiles of the main sluice instance: ${PROFILE_DIR}`)
 
   // The table of issue 15: pass-through beside sluice, this run only.
-  const added = <K extends RefKey>(L: Record<number, Record<K | 'direct', Lat>>, c: number, k: K) =>
-    [pct(L[c][k].ttfb, 50) - pct(L[c].direct.ttfb, 50), pct(L[c][k].ttfb, 99) - pct(L[c].direct.ttfb, 99)]
   const share = (k: 'pass' | 'sluice') => 100 * share96[k].cpu / share96[k].wall
   const issue: string[][] = [['figure', 'pass-through', 'sluice', 'target', 'sluice vs target']]
   for (const c of [32, 96]) {

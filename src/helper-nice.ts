@@ -48,8 +48,8 @@ export interface HelperNice {
 
 /**
  * Sets every V8 platform thread of this process (`/proc/self/task/<tid>/comm` is
- * V8_HELPER_NAME) to `nice` (1-19; 0 leaves them alone; sluice's default 10). Call it once: Node starts these threads
- * with the process and never more.
+ * V8_HELPER_NAME) to `nice` (1-19; 0 leaves them alone; sluice's default 10). Call it once:
+ * Node starts these threads with the process and never more.
  */
 export function niceV8Helpers (nice: number, tasks = '/proc/self/task'): HelperNice {
   const out: HelperNice = { lowered: 0, already: 0, failed: 0, error: null, skipped: null }
