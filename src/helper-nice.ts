@@ -15,9 +15,11 @@
 // turn of ~10 % of the core when they do not; when V8 needs their work finished it joins the job
 // and does the rest on the calling thread, so nothing waits on them. Measured (docs/benchmarks.md,
 // three alternated rounds, pinned to one core): at 96 streams in flight TTFB p99 28.4-29.6 ms and
-// the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0. The cost is memory at saturation (8
-// streams of 2000 events): the helpers' collections finish later and the worker's heap grows
-// further first, peak RSS 145-163 MB against 123-133 at nice 0 (CPU within the noise). Nice 19
+// the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0. The cost was memory at saturation (8
+// streams of 2000 events): peak RSS 145-163 MB against 123-133 at nice 0 (CPU within the noise),
+// in glibc's heap, and most of it TurboFan compile jobs left waiting on the lowered helpers: the
+// launchers' --no-concurrent-recompilation (src/node-flags.ts) keeps those off them (128-134 MB
+// at nice 10 with it; 118-121 at nice 0 with it, in the same spell). Nice 19
 // (weight 15, ~1.5 % of a busy core) starves them there: CPU per exchange 2.80-2.98 ms against
 // 2.24-2.36, and in one exchange bench run the relay figure 2.02x the pass-through's and the RSS
 // peak 153 MB (127-131 in every run before); why, in V8's terms, not measured.
