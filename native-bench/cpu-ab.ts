@@ -17,7 +17,8 @@
 // src/node-flags.ts's flags, one HTTP worker, maxActiveExchanges and upstream.connections 128,
 // as the exchange bench's main instance) or `pass` for the bare pass-through. The environment
 // pairs go to that target's process; `LIMITS={"workerYoungGenMb":8}` is merged into its
-// config's limits instead. Env: C (96), BLOCK (480), BLOCKS (8), WARM (960 per target), PAUSE ms
+// config's limits instead, and `FLAGS=--a --b` (space-separated) replaces src/node-flags.ts's
+// list on that target's command line (to weigh a launcher flag). Env: C (96), BLOCK (480), BLOCKS (8), WARM (960 per target), PAUSE ms
 // after the warm-up (300), SIMD (the sim directive, `ttft=20 tokens=50 interval=10`).
 //
 // Keep in mind when reading it: a target sits idle while the others take their blocks; with
@@ -79,6 +80,8 @@ for (const [i, spec] of SPEC.split('|').entries()) {
   }))
   const limits = extra.LIMITS !== undefined ? JSON.parse(extra.LIMITS) as Record<string, unknown> : {}
   delete extra.LIMITS
+  const flags = extra.FLAGS !== undefined ? extra.FLAGS.split(' ').filter(Boolean) : NODE_FLAGS
+  delete extra.FLAGS
   let started
   if (entry === 'pass') {
     started = await launch(name, '0', [NODE, join(HERE, 'exchange-passthrough.ts'), simUrl], { ...process.env, MALLOC_ARENA_MAX: '1', ...extra }, /^\{"port"/)
@@ -92,7 +95,7 @@ for (const [i, spec] of SPEC.split('|').entries()) {
       keys: [{ name: 'ab', sha256: createHash('sha256').update(KEY).digest('hex'), models: ['*'] }],
       providers: [{ name: 'sim', protocol: 'openai-chat', baseUrl: simUrl, models: ['*'] }],
     }))
-    started = await launch(name, '0', [NODE, ...NODE_FLAGS, entry, 'serve', '--config', cfg],
+    started = await launch(name, '0', [NODE, ...flags, entry, 'serve', '--config', cfg],
       { ...process.env, MALLOC_ARENA_MAX: '1', SLUICE_SIGNING_KEY: 'a'.repeat(64), ...extra }, /"sluice ready"/)
   }
   targets.push({ name, child: started.child, port: (JSON.parse(started.line) as { port: number }).port, cpu: [] })

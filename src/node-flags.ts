@@ -19,22 +19,25 @@ import { setFlagsFromString } from 'node:v8'
 // --no-concurrent-recompilation: TurboFan compiles a hot function on the thread that runs it
 // instead of in a job on those same platform threads. What it saves is memory at saturation,
 // where V8's helper threads (at nice 10: limits.v8HelperNice, src/helper-nice.ts) get little
-// of the core: a background TurboFan compile then took 50-98 ms of wall (10-33 at nice 0),
-// and the process's peak RSS rose with it, in glibc's heap (smaps [heap] 50.5 MB against 25.5
-// after a saturation run), not in the V8 heaps. Alternated runs, 8 streams at saturation,
-// nice 10 without / with the flag: Anthropic Messages in, Chat Completions out 162-172 ->
-// 126-134 MB (the target is 160; nice 0 143-147 -> 118-120), same protocol with 2000-event
-// streams 150-155 -> 128-130. That was one spell of this host (the previous session's bench
-// runs saw the same rise with the helpers lowered: throughput peaks 121-128 -> 134-145 MB); in
-// a later, quieter spell both were 122-135 and no load on either core brought
-// the difference back, so what starves the helpers that much was not found: the flag takes
-// the compile off them, whatever it is. Its cost: a compile holds its thread while a function
-// first gets hot (the warm-up, and again after an idle collection drops optimized code): 88
-// TurboFan compiles in a gateway's first 1,440 exchanges, median 1.3 ms, 90th percentile 4.3,
-// longest 8.6. The CPU is the same (on one vCPU the jobs ran on the same core anyway), and so
-// was the 96-stream staggered TTFB p99 in three alternated pairs (26.7-27.5 ms against
-// 26.1-28.1). It is not in V8's code-cache flag hash (requiring five of Node's built-ins: 48-49
-// ms with it, 49-51 without), so it costs the start nothing (docs/benchmarks.md).
+// of the core: a background TurboFan compile then took 50-98 ms of wall (10-33 at nice 0), and
+// the process's peak RSS rose with it, in glibc's heap (smaps [heap] 50.5 MB against 25.5 after
+// a saturation run), not in the V8 heaps: compile memory, and the socket chunks' ArrayBuffers,
+// which were released later too (the worker's peak external memory 31-46 MB without the flag,
+// 22-28 with it; why a pending compile delays them was not found). Alternated runs, 8 streams
+// at saturation, nice 10 without / with the flag: Anthropic Messages in, Chat Completions out
+// 162-172 -> 126-134 MB (the target is 160; at nice 0 143-147 -> 118-120), same protocol with
+// 2000-event streams 147-162 -> 128-130. That was one spell of this host (the previous
+// session's bench runs saw the same rise with the helpers lowered: throughput peaks 121-128 ->
+// 134-145 MB); in a later, quieter spell both were 122-135, and a busy loop on either core or
+// both did not bring the difference back, so what starves the helpers that much was not
+// found: the flag takes the compiles off them, whatever it is. Its cost: a compile holds its
+// thread while a function first gets hot (the warm-up, and again after an idle collection
+// drops optimized code): 88 TurboFan compiles in a gateway's first 1,440 exchanges, median 1.3
+// ms, 90th percentile 4.3, longest 8.6. Not its cost: CPU (native-bench/cpu-ab.ts, paired,
+// without the flag 1.02-1.13x the CPU per exchange with it, four runs: on one vCPU the jobs ran
+// on the same core anyway), the 96-stream staggered TTFB p99 (three alternated pairs, 26.7-27.5
+// ms against 26.1-28.1), the start (it is not in V8's code-cache flag hash: 20 alternated
+// starts, medians 426 and 427 ms). docs/benchmarks.md has the runs.
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--no-concurrent-recompilation']
 
 // --heap-growing-percent=100, set by the primary once every thread it starts at boot runs
