@@ -37,7 +37,7 @@ import { setFlagsFromString } from 'node:v8'
 // without the flag 1.02-1.13x the CPU per exchange with it, four runs: on one vCPU the jobs ran
 // on the same core anyway), the 96-stream staggered TTFB p99 (three alternated pairs, 26.7-27.5
 // ms against 26.1-28.1), the start (it is not in V8's code-cache flag hash: 20 alternated
-// starts, medians 426 and 427 ms). docs/benchmarks.md has the runs.
+// starts, medians 426 and 428 ms). docs/benchmarks.md has the runs.
 export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--no-concurrent-recompilation']
 
 // --heap-growing-percent=100, set by the primary once every thread it starts at boot runs
