@@ -17,9 +17,10 @@
 // three alternated rounds, pinned to one core): at 96 streams in flight TTFB p99 28.4-29.6 ms and
 // the slowest 33-37 against 29.5-45.2 and 58-68 at nice 0. The cost was memory at saturation (8
 // streams of 2000 events): peak RSS 145-163 MB against 123-133 at nice 0 (CPU within the noise),
-// in glibc's heap, and most of it TurboFan compile jobs left waiting on the lowered helpers: the
-// launchers' --no-concurrent-recompilation (src/node-flags.ts) keeps those off them (128-134 MB
-// at nice 10 with it; 118-121 at nice 0 with it, in the same spell). Nice 19
+// in glibc's heap, and most of it TurboFan compile jobs left waiting on the lowered helpers:
+// --no-concurrent-recompilation keeps those off them (128-134 MB at nice 10 with it, in that
+// spell; not in the launchers' flags for its relay CPU, src/node-flags.ts), and in a later
+// spell the cost was gone (122-135 MB either way). Nice 19
 // (weight 15, ~1.5 % of a busy core) starves them there: CPU per exchange 2.80-2.98 ms against
 // 2.24-2.36, and in one exchange bench run the relay figure 2.02x the pass-through's and the RSS
 // peak 153 MB (127-131 in every run before); why, in V8's terms, not measured.

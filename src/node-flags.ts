@@ -16,29 +16,17 @@ import { setFlagsFromString } from 'node:v8'
 // CPU per exchange against 0.21 with the flag, the worker's own thread no slower
 // (docs/benchmarks.md). Concurrent marking, sweeping and compaction stay on.
 //
-// --no-concurrent-recompilation: TurboFan compiles a hot function on the thread that runs it
-// instead of in a job on those same platform threads. What it saves is memory at saturation,
-// where V8's helper threads (at nice 10: limits.v8HelperNice, src/helper-nice.ts) get little
-// of the core: a background TurboFan compile then took 50-98 ms of wall (10-33 at nice 0), and
-// the process's peak RSS rose with it, in glibc's heap (smaps [heap] 50.5 MB against 25.5 after
-// a saturation run), not in the V8 heaps: compile memory, and the socket chunks' ArrayBuffers,
-// which were released later too (the worker's peak external memory 31-46 MB without the flag,
-// 22-28 with it; why a pending compile delays them was not found). Alternated runs, 8 streams
-// at saturation, nice 10 without / with the flag: Anthropic Messages in, Chat Completions out
-// 162-172 -> 126-134 MB (the target is 160; at nice 0 143-147 -> 118-120), same protocol with
-// 2000-event streams 147-162 -> 128-130. That was one spell of this host (the previous
-// session's bench runs saw the same rise with the helpers lowered: throughput peaks 121-128 ->
-// 134-145 MB); in a later, quieter spell both were 122-135, and a busy loop on either core or
-// both did not bring the difference back, so what starves the helpers that much was not
-// found: the flag takes the compiles off them, whatever it is. Its cost: a compile holds its
-// thread while a function first gets hot (the warm-up, and again after an idle collection
-// drops optimized code): 88 TurboFan compiles in a gateway's first 1,440 exchanges, median 1.3
-// ms, 90th percentile 4.3, longest 8.6. Not its cost: CPU (native-bench/cpu-ab.ts, paired,
-// without the flag 1.02-1.13x the CPU per exchange with it, four runs: on one vCPU the jobs ran
-// on the same core anyway), the 96-stream staggered TTFB p99 (three alternated pairs, 26.7-27.5
-// ms against 26.1-28.1), the start (it is not in V8's code-cache flag hash: 20 alternated
-// starts, medians 426 and 428 ms). docs/benchmarks.md has the runs.
-export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge', '--no-concurrent-recompilation']
+// Weighed and left off the list: --no-concurrent-recompilation (TurboFan compiles on the thread
+// whose function got hot, not in a job on those platform threads). In one spell of this host,
+// with the helpers lowered (limits.v8HelperNice, src/helper-nice.ts), background compiles
+// waited 50-98 ms of wall for them at saturation and the peak RSS rose 25-40 MB in glibc's heap
+// (translated saturation 162-172 MB, 126-134 with the flag); in a later spell the difference
+// was gone. But after a change of traffic (96-stream latency work, then 2000-event streams)
+// sluice relayed at more CPU per event with the flag: the median block 8-29 % more in five
+// paired runs, and counting the gaps too, in which deferred background work runs, 12 and 19 %
+// in the two runs that did (docs/benchmarks.md). The relay is the figure DESIGN.md holds to
+// 1.5x the pass-through's, so the flag is not the default; README says when to add it.
+export const NODE_FLAGS: readonly string[] = ['--no-parallel-scavenge']
 
 // --heap-growing-percent=100, set by the primary once every thread it starts at boot runs
 // (setLateV8Flags, at "sluice ready"), not on the command line: V8 checks a code cache against

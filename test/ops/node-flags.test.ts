@@ -26,28 +26,6 @@ t.test('the list is not empty and Node accepts every flag in it', async (t) => {
   t.match(typo.stderr, /bad option/)
 })
 
-/**
- * How TurboFan compiled `hot` in a worker thread of a process started with `flags`: the
- * ConcurrencyMode of each of its compiles, as --trace-opt prints them.
- */
-function turbofanModes (flags: readonly string[]): string[] {
-  const worker = 'function hot (s) { let n = 0; for (let i = 0; i < s.length; i++) n += s.charCodeAt(i); return n }\n' +
-    'let x = 0; for (let i = 0; i < 300000; i++) x += hot("abc" + i)'
-  const main = `new (require('node:worker_threads').Worker)(${JSON.stringify(worker)}, { eval: true })`
-  const r = spawnSync(NODE, [...flags, '--trace-opt', '-e', main], { encoding: 'utf8', timeout: 60_000 })
-  if (r.status !== 0) throw new Error(`exit ${r.status}: ${r.stderr}`)
-  return [...r.stdout.matchAll(/compiling method \S+ <JSFunction hot \(sfi[^>]*> \(target TURBOFAN\w*\), mode: ConcurrencyMode::(\w+)/g)].map((m) => m[1])
-}
-
-t.test('with the flags TurboFan compiles on the thread that runs the code, worker threads included', async (t) => {
-  // --no-concurrent-recompilation (src/node-flags.ts): the compile off V8's helper threads.
-  const withFlags = turbofanModes(NODE_FLAGS)
-  t.ok(withFlags.length > 0, 'the hot function was compiled by TurboFan')
-  t.same([...new Set(withFlags)], ['kSynchronous'], 'on the worker thread itself')
-  const without = turbofanModes(NODE_FLAGS.filter((f) => f !== '--no-concurrent-recompilation'))
-  t.ok(without.includes('kConcurrent'), 'without the flag it goes to a helper thread (the check has teeth)')
-})
-
 t.test('npm start (and npm run sluice) run the compiled entry with the flags', async (t) => {
   const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts
   t.ok(scripts.start.endsWith(` node ${flags} dist/bin/sluice.js serve`), scripts.start)
