@@ -18,8 +18,9 @@
 // as the exchange bench's main instance) or `pass` for the bare pass-through. The environment
 // pairs go to that target's process; `LIMITS={"workerYoungGenMb":8}` is merged into its
 // config's limits instead, and `FLAGS=--a --b` (space-separated) replaces src/node-flags.ts's
-// list on that target's command line (to weigh a launcher flag). Env: C (96), BLOCK (480), BLOCKS (8), WARM (960 per target), PAUSE ms
-// after the warm-up (300), SIMD (the sim directive, `ttft=20 tokens=50 interval=10`).
+// list on that target's command line (to weigh a launcher flag). Env: C (96), BLOCK (480),
+// BLOCKS (8), WARM (960 per target), PAUSE ms after the warm-up (300), SIMD (the sim directive,
+// `ttft=20 tokens=50 interval=10`).
 //
 // Keep in mind when reading it: a target sits idle while the others take their blocks; with
 // several targets those gaps can reach a full idle window of src/idle-gc.ts, and then that

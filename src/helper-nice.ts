@@ -19,11 +19,12 @@
 // streams of 2000 events): peak RSS 145-163 MB against 123-133 at nice 0 (CPU within the noise),
 // in glibc's heap, and most of it TurboFan compile jobs left waiting on the lowered helpers:
 // --no-concurrent-recompilation keeps those off them (128-134 MB at nice 10 with it, in that
-// spell; not in the launchers' flags for its relay CPU, src/node-flags.ts), and in a later
-// spell the cost was gone (122-135 MB either way). Nice 19
-// (weight 15, ~1.5 % of a busy core) starves them there: CPU per exchange 2.80-2.98 ms against
-// 2.24-2.36, and in one exchange bench run the relay figure 2.02x the pass-through's and the RSS
-// peak 153 MB (127-131 in every run before); why, in V8's terms, not measured.
+// spell; not in the launchers' flags for its relay CPU, src/node-flags.ts); in a later spell it
+// was smaller (122-135 MB at nice 10 with or without it; the bench's throughput peak 140 MB
+// without it, 121-125 with it). Nice 19 (weight 15, ~1.5 % of a busy core) starves them there:
+// CPU per exchange 2.80-2.98 ms against 2.24-2.36, and in one exchange bench run the relay
+// figure 2.02x the pass-through's and the RSS peak 153 MB (127-131 in every run before); why, in
+// V8's terms, not measured.
 //
 // Linux only (a thread's nice value through setpriority(PRIO_PROCESS, tid), which on Linux acts
 // on the one thread): elsewhere nothing is changed and the result says why. A priority is only

@@ -69,9 +69,9 @@ export const limitsSchema = z.strictObject({
    * V8's platform threads (concurrent marking and sweeping, the optimizing compilers; shared by
    * every thread of the process) run at this nice value from "sluice ready", so that on one vCPU
    * they use the time the JavaScript threads leave rather than preempt them mid-turn
-   * (src/helper-nice.ts: a lower tail at 96 streams; at saturation, in some spells, a higher RSS
-   * peak, 20-40 MB; 19
-   * starves them when the core is saturated). Linux only; 0: left at the process's own.
+   * (src/helper-nice.ts: a lower tail at 96 streams; at saturation a higher RSS peak,
+   * 15-40 MB; 19 starves them when the core is saturated). Linux only; 0: left at the
+   * process's own.
    */
   v8HelperNice: int(0).max(19).default(10),
   /** Admission refuses with worker_heap_exhausted above this fraction of the heap limit. */
