@@ -6,27 +6,12 @@
 
 import t from 'tap'
 import { spawnSync } from 'node:child_process'
-import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { demoConfig } from '../../src/config/load.ts'
 import { NODE, ROOT, startGateway, until } from '../helpers/gateway.ts'
+import { threads } from '../helpers/threads.ts'
 
 const LINUX = process.platform === 'linux'
-
-/** Every thread of `pid`: its name and nice value (field 19 of /proc/<pid>/task/<tid>/stat). */
-function threads (pid: number): Array<{ name: string; nice: number }> {
-  const out: Array<{ name: string; nice: number }> = []
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trimEnd()
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
-      // After the ")" that closes the name: state is field 3, nice field 19.
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      out.push({ name, nice: Number(rest[19 - 3]) })
-    } catch {}
-  }
-  return out
-}
 
 const helpers = (pid: number) => threads(pid).filter((x) => x.name === 'V8Worker')
 const ownNice = (pid: number) => threads(pid).find((x) => x.name === 'MainThread' || x.name === 'node')!.nice
@@ -62,10 +47,8 @@ t.test('limits.v8HelperNice 0 leaves them alone', { skip: LINUX ? false : 'Linux
 t.test('niceV8Helpers: lowers, never raises, and says why it did nothing', { skip: LINUX ? false : 'Linux only' }, async (t) => {
   const script = `
     import { niceV8Helpers } from ${JSON.stringify(join(ROOT, 'src/helper-nice.ts'))}
-    import { readdirSync, readFileSync } from 'node:fs'
-    const nices = () => readdirSync('/proc/self/task')
-      .filter((tid) => readFileSync('/proc/self/task/' + tid + '/comm', 'utf8').trimEnd() === 'V8Worker')
-      .map((tid) => { const s = readFileSync('/proc/self/task/' + tid + '/stat', 'utf8'); return Number(s.slice(s.lastIndexOf(')') + 2).split(' ')[16]) })
+    import { threads } from ${JSON.stringify(join(ROOT, 'test/helpers/threads.ts'))}
+    const nices = () => threads(process.pid).filter((x) => x.name === 'V8Worker').map((x) => x.nice)
     const before = nices()
     const first = niceV8Helpers(10)
     const after10 = nices()
