@@ -986,8 +986,7 @@ async function main (): Promise<void> {
     }
   }
   {
-    const d = afterQuiet.direct.ttfb
-    const a = (k: RefKey) => `${plus(pct(afterQuiet[k].ttfb, 50) - pct(d, 50))} / ${plus(pct(afterQuiet[k].ttfb, 99) - pct(d, 99))} ms`
+    const a = (k: Exclude<RefKey, 'direct'>) => { const [a50, a99] = added({ 96: afterQuiet }, 96, k); return `${plus(a50)} / ${plus(a99)} ms` }
     issue.push([`  96 in flight, the first block after ${IDLE_READ_MS / 1000} s idle (sluice's worker has collected its heap)`, a('pass'), a('sluice'), '(after a quiet period)', nginx === null ? '' : `nginx: ${a('nginx')}`])
   }
   for (const c of [32, 96]) {
